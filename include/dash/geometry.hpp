@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+// dash/geometry.hpp — the problem description and the mask's tile geometry: which (Q tile, KV tile) blocks
+// have unmasked (query, key) pairs, which are only partly unmasked, and how many pairs each holds.
+// Pure host code: the planner, the validator, the simulator and the FLOP count all use it.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dash/plan_format.h"
+
+namespace dash {
+
+// Every user-facing error names the argument it is about.
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& argument, const std::string& message)
+      : std::runtime_error(argument + ": " + message), argument_(argument) {}
+  const std::string& argument() const { return argument_; }
+
+ private:
+  std::string argument_;
+};
+
+enum class Mask : int32_t { Full = DASH_MASK_FULL, Causal = DASH_MASK_CAUSAL, Window = DASH_MASK_WINDOW };
+
+struct Problem {
+  int32_t batch = 1;
+  int32_t heads_q = 1;
+  int32_t heads_kv = 1;
+  int32_t seqlen_q = 0;
+  int32_t seqlen_k = 0;
+  int32_t head_dim = 128;
+  Mask mask = Mask::Full;
+  int32_t window_left = -1;  // Mask::Window only; -1 = unbounded
+  int32_t window_right = -1; // Mask::Window only; -1 = unbounded
+
+  int32_t group_size() const { return heads_q / heads_kv; }
+  dash_problem to_c() const;
+  static Problem from_c(const dash_problem& p);
+  // Throws dash::Error naming the offending field.
+  void validate() const;
+  std::string describe() const;
+};
+
+// Mask parsing/printing for CLIs and bindings: "full", "causal", "window".
+Mask parse_mask(const std::string& name);
+const char* mask_name(Mask mask);
+
+struct TileShape {
+  int32_t block_m = 0; // query rows per Q tile
+  int32_t block_n = 0; // key rows per KV tile
+};
+
+// The tile shape the dash-attn backward kernels use for a head dim; planners default to it so that plans
+// match the kernels. (Kernels check the plan's tile shape against their own and refuse a mismatch.)
+TileShape default_backward_tiles(int32_t head_dim);
+
+enum class BlockKind : uint8_t { Empty, Partial, Full };
+
+// The mask seen at tile granularity. Query row i sees key j iff
+//   lo(i) <= j <= hi(i),  lo(i) = i + (sk - sq) - left,  hi(i) = i + (sk - sq) + right
+// with an unbounded side dropped (full mask: both unbounded; causal: left unbounded, right = 0).
+class TileGrid {
+ public:
+  TileGrid(const Problem& problem, TileShape tiles);
+
+  int32_t num_q_tiles() const { return num_q_tiles_; }
+  int32_t num_kv_tiles() const { return num_kv_tiles_; }
+  TileShape tiles() const { return tiles_; }
+
+  BlockKind kind(int32_t q_tile, int32_t kv_tile) const;
+  // Exact number of unmasked (query, key) pairs in the block.
+  int64_t unmasked_pairs(int32_t q_tile, int32_t kv_tile) const;
+  // Q tiles with at least one unmasked pair against this KV tile, ascending (contiguous for these masks).
+  std::vector<int32_t> q_tiles_seen_by(int32_t kv_tile) const;
+  // Unmasked (query, key) pairs over the whole sequence pair (one head): the FLOP-count basis.
+  int64_t total_unmasked_pairs() const;
+
+ private:
+  // Inclusive key range visible to query row i, clipped to [0, sk); empty when first > last.
+  void visible_keys(int64_t row, int64_t& first, int64_t& last) const;
+
+  Problem problem_;
+  TileShape tiles_;
+  int32_t num_q_tiles_ = 0;
+  int32_t num_kv_tiles_ = 0;
+};
+
+} // namespace dash

@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * dash/plan_format.h — THE backward-plan format, shared by the planner, the validator, the simulator, the
+ * CUDA kernels and the language bindings. Plain C, fixed-width fields, static_assert'ed sizes: gcc, nvcc
+ * and ctypes all read the same bytes.
+ *
+ * A plan says, for the attention backward of one problem:
+ *   - which work items exist and in which order CTAs claim them (a global ticket counter, ticket t = t-th item);
+ *   - for each item, the KV tiles it processes (segments) and, per segment, the ordered Q tiles it visits;
+ *   - for each visit, its rank in the accumulation order of the dQ tile it adds into;
+ *   - for GQA with one unit per query head, the order in which the query heads of a group add into dK/dV.
+ *
+ * Units. Heads are alike, so the plan stores ONE unit's tables (a "template"); every unit uses them.
+ *   gqa_mode == DASH_GQA_SPLIT_HEADS: a unit is one (batch, query head). The units of one KV-head group are
+ *     consecutive, in the group's dK/dV accumulation order:
+ *       unit u -> b = u / heads_q, r = u % heads_q, hk = r / group_size,
+ *                 hq = hk * group_size + group_head_by_rank[r % group_size].
+ *     Query head hq adds its dK/dV partial for a KV tile after the head of the previous rank did.
+ *   gqa_mode == DASH_GQA_PACK_GROUP: a unit is one (batch, KV head) and covers all group_size query heads;
+ *     visits carry head_in_unit, and dK/dV are summed in registers in visit order (no cross-CTA dK/dV adds).
+ *       unit u -> b = u / heads_kv, hk = u % heads_kv; a visit's query head is hk * group_size + head_in_unit.
+ *   Ticket t -> unit t / items_per_unit, item t % items_per_unit: units are claimed one after another.
+ *
+ * Because every order lives in the unit template, the bits of one sequence depend only on its shape, mask,
+ * head dim, GQA group size and planner — never on batch size, head count or batch position.
+ *
+ * Accumulators. A dQ accumulator is (unit, head_in_unit, q_tile). Its contributions are added in dq_rank
+ * order 0, 1, ..., dq_count-1: a visit of rank r waits until the accumulator's counter equals r, adds, then
+ * releases the counter to r + 1. The validator (src/core/validate.cpp) proves that no plan it accepts can
+ * deadlock when `num_ctas` CTAs are co-resident; docs/DEADLOCK.md states the execution model and argument.
+ *
+ * Blob layout. A serialized plan is one contiguous, 16-byte-aligned byte blob: the header, then each table
+ * at the byte offset the header gives. Kernels copy the blob to the device once and read it in place.
+ */
+#ifndef DASH_PLAN_FORMAT_H
+#define DASH_PLAN_FORMAT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DASH_PLAN_MAGIC 0x48534144u /* "DASH" little-endian */
+#define DASH_PLAN_FORMAT_VERSION 1u
+
+/* Largest tile index and contribution count a visit can carry (16-bit fields). */
+#define DASH_PLAN_MAX_TILES 65535
+#define DASH_PLAN_MAX_HEADS_PER_UNIT 255
+
+typedef enum dash_mask_kind {
+  DASH_MASK_FULL = 0,
+  DASH_MASK_CAUSAL = 1, /* bottom-right aligned, as FlashAttention: key j visible to query i iff j <= i + sk - sq */
+  DASH_MASK_WINDOW = 2  /* sliding window: i + sk - sq - left <= j <= i + sk - sq + right; -1 = unbounded side */
+} dash_mask_kind;
+
+typedef enum dash_planner_kind {
+  DASH_PLANNER_ASCENDING = 0,       /* FA3 deterministic: Q tiles ascending, dQ added in ascending KV order */
+  DASH_PLANNER_DESCENDING = 1,      /* DASH descending Q-tile iteration, same dQ order as ascending */
+  DASH_PLANNER_SHIFT = 2,           /* DASH shift: cyclic Q-tile order per KV tile, dQ in lock-step arrival order */
+  DASH_PLANNER_SYMMETRIC_SHIFT = 3, /* DASH symmetric shift: long/short KV tiles paired per item */
+  DASH_PLANNER_COUNT = 4
+} dash_planner_kind;
+
+typedef enum dash_gqa_mode {
+  DASH_GQA_SPLIT_HEADS = 0, /* one unit per query head; ordered dK/dV adds across the group */
+  DASH_GQA_PACK_GROUP = 1   /* one unit per KV head; dK/dV summed in registers over the group */
+} dash_gqa_mode;
+
+typedef enum dash_visit_flags {
+  DASH_VISIT_PARTIAL_MASK = 1u << 0, /* some (query, key) pairs of the tile are masked: apply the mask */
+  DASH_VISIT_FIRST = 1u << 1,        /* dq_rank == 0: the accumulator's first contribution */
+  DASH_VISIT_LAST = 1u << 2          /* dq_rank == dq_count - 1: the accumulator is complete after this add */
+} dash_visit_flags;
+
+typedef enum dash_plan_flags {
+  /* Every wait targets an item with an earlier ticket: a CTA may claim its next ticket before its current
+   * item's waits are satisfied, and no co-residency is needed (min_coresident_ctas == 1). */
+  DASH_PLAN_WAITS_ONLY_BACKWARD = 1u << 0,
+  /* The planner could not apply its construction as published and used its generalisation; see the note. */
+  DASH_PLAN_GENERALISED = 1u << 1
+} dash_plan_flags;
+
+typedef struct dash_problem {
+  int32_t batch;
+  int32_t heads_q;
+  int32_t heads_kv; /* heads_q must be a multiple of heads_kv */
+  int32_t seqlen_q;
+  int32_t seqlen_k;
+  int32_t head_dim;
+  int32_t mask_kind;    /* dash_mask_kind */
+  int32_t window_left;  /* DASH_MASK_WINDOW only; -1 = unbounded */
+  int32_t window_right; /* DASH_MASK_WINDOW only; -1 = unbounded */
+  int32_t reserved;
+} dash_problem;
+
+/* One claimable work item: consecutive segments, processed by one CTA without interruption. */
+typedef struct dash_item {
+  int32_t first_segment;
+  int32_t num_segments;
+} dash_item;
+
+/* One KV tile processed inside an item; its dK/dV are complete (or handed to the group order) at its end.
+ * A segment may have no visits (a KV tile no query sees): the kernel then writes zero dK/dV. */
+typedef struct dash_segment {
+  int32_t kv_tile;
+  int32_t first_visit;
+  int32_t num_visits;
+  int32_t reserved;
+} dash_segment;
+
+/* One (Q tile, KV tile) block of the backward, in the order its item visits it. */
+typedef struct dash_visit {
+  uint16_t q_tile;
+  uint16_t dq_rank;     /* position of this contribution in the accumulator's order */
+  uint8_t head_in_unit; /* 0 unless gqa_mode == DASH_GQA_PACK_GROUP */
+  uint8_t flags;        /* dash_visit_flags */
+  uint16_t reserved;
+} dash_visit;
+
+typedef struct dash_plan_header {
+  uint32_t magic;       /* DASH_PLAN_MAGIC */
+  uint32_t version;     /* DASH_PLAN_FORMAT_VERSION */
+  uint32_t total_bytes; /* size of the whole blob */
+  uint32_t flags;       /* dash_plan_flags */
+
+  dash_problem problem;
+
+  int32_t block_m; /* query rows per Q tile */
+  int32_t block_n; /* key rows per KV tile */
+  int32_t num_q_tiles;
+  int32_t num_kv_tiles;
+
+  int32_t planner;        /* dash_planner_kind that produced the tables */
+  int32_t gqa_mode;       /* dash_gqa_mode */
+  int32_t group_size;     /* heads_q / heads_kv */
+  int32_t heads_per_unit; /* group_size in PACK_GROUP mode, else 1 */
+
+  int32_t num_units;      /* batch * heads_q (SPLIT_HEADS) or batch * heads_kv (PACK_GROUP) */
+  int32_t items_per_unit; /* tickets per unit */
+  int32_t segments_per_unit;
+  int32_t visits_per_unit;
+
+  int32_t num_ctas;            /* co-resident CTAs the plan was validated for (P) */
+  int32_t min_coresident_ctas; /* fewest co-resident CTAs this template needs; depends on the unit's shape only */
+  int32_t max_visits_per_item;
+  int32_t reserved0;
+
+  /* Byte offsets from the start of the blob; each table is 16-byte aligned. */
+  uint32_t items_offset;              /* dash_item[items_per_unit], in claim order */
+  uint32_t segments_offset;           /* dash_segment[segments_per_unit] */
+  uint32_t visits_offset;             /* dash_visit[visits_per_unit] */
+  uint32_t dq_count_offset;           /* uint16_t[heads_per_unit * num_q_tiles]: contributions per dQ accumulator */
+  uint32_t group_head_by_rank_offset; /* uint8_t[group_size]: query head (in group) with dK/dV rank r */
+  uint32_t reserved1[3];
+  uint32_t reserved2[2];
+} dash_plan_header;
+
+#ifdef __cplusplus
+} /* extern "C" */
+#define DASH_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#define DASH_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+
+DASH_STATIC_ASSERT(sizeof(dash_problem) == 40, "dash_problem layout");
+DASH_STATIC_ASSERT(sizeof(dash_item) == 8, "dash_item layout");
+DASH_STATIC_ASSERT(sizeof(dash_segment) == 16, "dash_segment layout");
+DASH_STATIC_ASSERT(sizeof(dash_visit) == 8, "dash_visit layout");
+DASH_STATIC_ASSERT(sizeof(dash_plan_header) == 160, "dash_plan_header layout");
+
+#endif /* DASH_PLAN_FORMAT_H */
