@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: Apache-2.0
+// Problem validation and the mask's tile geometry (see dash/geometry.hpp).
+#include "dash/geometry.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+namespace dash {
+
+dash_problem Problem::to_c() const {
+  dash_problem p{};
+  p.batch = batch;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.head_dim = head_dim;
+  p.mask_kind = static_cast<int32_t>(mask);
+  p.window_left = window_left;
+  p.window_right = window_right;
+  return p;
+}
+
+Problem Problem::from_c(const dash_problem& p) {
+  Problem q;
+  q.batch = p.batch;
+  q.heads_q = p.heads_q;
+  q.heads_kv = p.heads_kv;
+  q.seqlen_q = p.seqlen_q;
+  q.seqlen_k = p.seqlen_k;
+  q.head_dim = p.head_dim;
+  q.mask = static_cast<Mask>(p.mask_kind);
+  q.window_left = p.window_left;
+  q.window_right = p.window_right;
+  return q;
+}
+
+void Problem::validate() const {
+  auto positive = [](const char* name, int32_t value) {
+    if (value < 1) throw Error(name, "must be >= 1, got " + std::to_string(value));
+  };
+  positive("batch", batch);
+  positive("heads_q", heads_q);
+  positive("heads_kv", heads_kv);
+  positive("seqlen_q", seqlen_q);
+  positive("seqlen_k", seqlen_k);
+  positive("head_dim", head_dim);
+  if (heads_q % heads_kv != 0)
+    throw Error("heads_kv", "heads_q (" + std::to_string(heads_q) + ") must be a multiple of heads_kv (" +
+                                std::to_string(heads_kv) + ")");
+  if (mask != Mask::Full && mask != Mask::Causal && mask != Mask::Window)
+    throw Error("mask", "unknown mask kind " + std::to_string(static_cast<int>(mask)));
+  if (mask == Mask::Window) {
+    if (window_left < -1) throw Error("window_left", "must be >= 0, or -1 for unbounded");
+    if (window_right < -1) throw Error("window_right", "must be >= 0, or -1 for unbounded");
+  } else if (window_left != -1 || window_right != -1) {
+    throw Error("window", "window sizes are only meaningful with the window mask");
+  }
+}
+
+std::string Problem::describe() const {
+  std::ostringstream s;
+  s << "batch " << batch << ", heads " << heads_q;
+  if (heads_kv != heads_q) s << " (kv " << heads_kv << ")";
+  s << ", seqlen " << seqlen_q;
+  if (seqlen_k != seqlen_q) s << "x" << seqlen_k;
+  s << ", hdim " << head_dim << ", " << mask_name(mask);
+  if (mask == Mask::Window) s << "(" << window_left << "," << window_right << ")";
+  return s.str();
+}
+
+Mask parse_mask(const std::string& name) {
+  if (name == "full") return Mask::Full;
+  if (name == "causal") return Mask::Causal;
+  if (name == "window") return Mask::Window;
+  throw Error("mask", "unknown mask '" + name + "' (expected full, causal or window)");
+}
+
+const char* mask_name(Mask mask) {
+  switch (mask) {
+    case Mask::Full: return "full";
+    case Mask::Causal: return "causal";
+    case Mask::Window: return "window";
+  }
+  return "?";
+}
+
+TileShape default_backward_tiles(int32_t head_dim) {
+  // Q tiles of 128 rows fit the register budget at hdim <= 64; at larger head dims the dK/dV accumulators
+  // (2 x 128 x hdim fp32 held by 2 warpgroups) leave room for 64-row Q tiles only (as in FA3's sm90 table).
+  if (head_dim <= 64) return {128, 128};
+  return {64, 128};
+}
+
+TileGrid::TileGrid(const Problem& problem, TileShape tiles) : problem_(problem), tiles_(tiles) {
+  if (tiles.block_m < 1) throw Error("block_m", "must be >= 1, got " + std::to_string(tiles.block_m));
+  if (tiles.block_n < 1) throw Error("block_n", "must be >= 1, got " + std::to_string(tiles.block_n));
+  num_q_tiles_ = (problem.seqlen_q + tiles.block_m - 1) / tiles.block_m;
+  num_kv_tiles_ = (problem.seqlen_k + tiles.block_n - 1) / tiles.block_n;
+}
+
+// Bounds of the band of keys a query row sees, before clipping to [0, seqlen_k).
+namespace {
+struct Band {
+  bool left_bounded, right_bounded;
+  int64_t left, right, offset;
+};
+Band band_of(const Problem& p) {
+  Band b{};
+  b.offset = int64_t(p.seqlen_k) - p.seqlen_q; // bottom-right alignment
+  switch (p.mask) {
+    case Mask::Full: b.left_bounded = b.right_bounded = false; break;
+    case Mask::Causal: b.left_bounded = false; b.right_bounded = true; b.right = 0; break;
+    case Mask::Window:
+      b.left_bounded = p.window_left >= 0;
+      b.right_bounded = p.window_right >= 0;
+      b.left = p.window_left;
+      b.right = p.window_right;
+      break;
+  }
+  return b;
+}
+} // namespace
+
+void TileGrid::visible_keys(int64_t row, int64_t& first, int64_t& last) const {
+  const Band b = band_of(problem_);
+  first = b.left_bounded ? std::max<int64_t>(0, row + b.offset - b.left) : 0;
+  last = b.right_bounded ? std::min<int64_t>(problem_.seqlen_k - 1, row + b.offset + b.right)
+                         : problem_.seqlen_k - 1;
+}
+
+BlockKind TileGrid::kind(int32_t q_tile, int32_t kv_tile) const {
+  const int64_t i0 = int64_t(q_tile) * tiles_.block_m;
+  const int64_t i1 = std::min<int64_t>(problem_.seqlen_q, i0 + tiles_.block_m) - 1;
+  const int64_t j0 = int64_t(kv_tile) * tiles_.block_n;
+  const int64_t j1 = std::min<int64_t>(problem_.seqlen_k, j0 + tiles_.block_n) - 1;
+  const Band b = band_of(problem_);
+  // The band's edges are non-decreasing in the row, so the rows meeting the tile form an interval:
+  // row i meets keys [j0, j1] iff lo(i) <= j1 and hi(i) >= j0.
+  int64_t first_row = i0, last_row = i1;
+  if (b.left_bounded) last_row = std::min(last_row, j1 - b.offset + b.left);
+  if (b.right_bounded) first_row = std::max(first_row, j0 - b.offset - b.right);
+  if (first_row > last_row) return BlockKind::Empty;
+  // Fully visible iff the last row still sees key j0 and the first row already sees key j1.
+  const bool lower_ok = !b.left_bounded || i1 + b.offset - b.left <= j0;
+  const bool upper_ok = !b.right_bounded || i0 + b.offset + b.right >= j1;
+  return (lower_ok && upper_ok) ? BlockKind::Full : BlockKind::Partial;
+}
+
+int64_t TileGrid::unmasked_pairs(int32_t q_tile, int32_t kv_tile) const {
+  const int64_t i0 = int64_t(q_tile) * tiles_.block_m;
+  const int64_t i1 = std::min<int64_t>(problem_.seqlen_q, i0 + tiles_.block_m);
+  const int64_t j0 = int64_t(kv_tile) * tiles_.block_n;
+  const int64_t j1 = std::min<int64_t>(problem_.seqlen_k, j0 + tiles_.block_n) - 1;
+  int64_t pairs = 0;
+  for (int64_t i = i0; i < i1; ++i) {
+    int64_t first, last;
+    visible_keys(i, first, last);
+    first = std::max(first, j0);
+    last = std::min(last, j1);
+    if (last >= first) pairs += last - first + 1;
+  }
+  return pairs;
+}
+
+std::vector<int32_t> TileGrid::q_tiles_seen_by(int32_t kv_tile) const {
+  std::vector<int32_t> rows;
+  for (int32_t q = 0; q < num_q_tiles_; ++q)
+    if (kind(q, kv_tile) != BlockKind::Empty) rows.push_back(q);
+  return rows;
+}
+
+int64_t TileGrid::total_unmasked_pairs() const {
+  int64_t pairs = 0;
+  for (int64_t i = 0; i < problem_.seqlen_q; ++i) {
+    int64_t first, last;
+    visible_keys(i, first, last);
+    if (last >= first) pairs += last - first + 1;
+  }
+  return pairs;
+}
+
+} // namespace dash

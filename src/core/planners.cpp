@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: Apache-2.0
+// The planners: each turns one unit's shape into a template of items, segments and visits with dQ ranks.
+//
+// Every planner works on the same raw material: for each KV tile, the list of accumulator rows it touches,
+// (head_in_unit, Q tile) in ascending order. A planner decides (1) how KV tiles are grouped into items and
+// in which order items are claimed, (2) the order in which each segment visits its rows, and (3) the rank
+// rule: either "ascending KV tile" (FA3's order) or "lock-step arrival" (the order contributions would
+// arrive if all items of the unit ran side by side, one visit per step; see docs/DEADLOCK.md).
+// Nothing here depends on batch size, head count or P: a template is a function of the unit's shape.
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "dash/plan.hpp"
+
+namespace dash {
+
+const char* planner_name(Planner planner) {
+  switch (planner) {
+    case Planner::Ascending: return "ascending";
+    case Planner::Descending: return "descending";
+    case Planner::Shift: return "shift";
+    case Planner::SymmetricShift: return "symmetric-shift";
+  }
+  return "?";
+}
+
+const std::vector<Planner>& all_planners() {
+  static const std::vector<Planner> planners = {Planner::Ascending, Planner::Descending, Planner::Shift,
+                                                Planner::SymmetricShift};
+  return planners;
+}
+
+const char* gqa_mode_name(GqaMode mode) {
+  return mode == GqaMode::PackGroup ? "pack" : "split";
+}
+
+namespace {
+
+struct Row {
+  int32_t head; // head_in_unit
+  int32_t q_tile;
+  bool partial;
+  bool operator<(const Row& o) const { return std::tie(head, q_tile) < std::tie(o.head, o.q_tile); }
+  bool operator==(const Row& o) const { return head == o.head && q_tile == o.q_tile; }
+};
+
+struct SegmentDraft {
+  int32_t kv_tile;
+  std::vector<Row> rows; // in visit order
+};
+
+struct ItemDraft {
+  std::vector<SegmentDraft> segments;
+};
+
+enum class RankRule { AscendingKv, LockstepArrival };
+
+struct TemplateDraft {
+  std::vector<ItemDraft> items; // claim order
+  RankRule rank_rule = RankRule::AscendingKv;
+  bool generalised = false;
+  std::string note;
+};
+
+// The rows each KV tile touches, (head, Q tile) ascending.
+std::vector<std::vector<Row>> rows_by_kv_tile(const TileGrid& grid, int32_t heads_per_unit) {
+  std::vector<std::vector<Row>> rows(grid.num_kv_tiles());
+  for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv)
+    for (int32_t h = 0; h < heads_per_unit; ++h)
+      for (int32_t q : grid.q_tiles_seen_by(kv))
+        rows[kv].push_back({h, q, grid.kind(q, kv) == BlockKind::Partial});
+  return rows;
+}
+
+TemplateDraft plan_ascending(const std::vector<std::vector<Row>>& rows) {
+  TemplateDraft t;
+  for (int32_t kv = 0; kv < int32_t(rows.size()); ++kv) t.items.push_back({{{kv, rows[kv]}}});
+  t.rank_rule = RankRule::AscendingKv;
+  return t;
+}
+
+TemplateDraft plan_descending(const std::vector<std::vector<Row>>& rows) {
+  TemplateDraft t = plan_ascending(rows);
+  for (auto& item : t.items) std::reverse(item.segments[0].rows.begin(), item.segments[0].rows.end());
+  return t;
+}
+
+// Rotates `rows` left by `offset` (mod size): the segment starts at rows[offset] and wraps around.
+std::vector<Row> rotated(std::vector<Row> rows, size_t offset) {
+  if (!rows.empty()) std::rotate(rows.begin(), rows.begin() + (offset % rows.size()), rows.end());
+  return rows;
+}
+
+TemplateDraft plan_shift(const std::vector<std::vector<Row>>& rows, Mask mask) {
+  // KV tile n starts at its n-th row and wraps. With the full mask and at least as many Q tiles as KV
+  // tiles, the items touch pairwise distinct dQ tiles at every lock-step, so no contribution ever waits.
+  TemplateDraft t;
+  size_t max_rows = 0;
+  for (int32_t kv = 0; kv < int32_t(rows.size()); ++kv) {
+    t.items.push_back({{{kv, rotated(rows[kv], size_t(kv))}}});
+    max_rows = std::max(max_rows, rows[kv].size());
+  }
+  t.rank_rule = RankRule::LockstepArrival;
+  if (mask != Mask::Full) {
+    t.generalised = true;
+    t.note = "shift is built for the full mask; with this mask each KV tile rotates within its own Q range, "
+             "so lock-step collisions (and waits) are possible";
+  } else if (max_rows < rows.size()) {
+    t.generalised = true;
+    t.note = "fewer Q tiles than KV tiles: KV tiles n and n + #Q collide at every lock-step";
+  }
+  return t;
+}
+
+TemplateDraft plan_symmetric_shift(const std::vector<std::vector<Row>>& rows, Mask mask) {
+  // Pair the i-th longest KV tile with the i-th shortest so every item carries about the same work
+  // (causal: K_i with K_{N-1-i}, N+1 Q tiles each). The long ("big") side first visits the rows all big
+  // sides share (the dense rectangle), rotated by its pair index as in shift scheduling, then its own
+  // remaining rows ascending; the short side visits its rows descending. Ranks follow lock-step arrival,
+  // which for the paper's shapes reproduces its orders: big sides in shift order, then small sides.
+  const int32_t n = int32_t(rows.size());
+  std::vector<int32_t> by_length(n);
+  std::iota(by_length.begin(), by_length.end(), 0);
+  std::stable_sort(by_length.begin(), by_length.end(),
+                   [&](int32_t a, int32_t b) { return rows[a].size() > rows[b].size(); });
+  const int32_t pairs = n / 2;
+
+  std::set<Row> rectangle;
+  for (int32_t k = 0; k < pairs; ++k) {
+    const auto& big = rows[by_length[k]];
+    if (k == 0) {
+      rectangle.insert(big.begin(), big.end());
+    } else {
+      std::set<Row> kept;
+      for (const Row& r : big)
+        if (rectangle.count(r)) kept.insert(r);
+      rectangle.swap(kept);
+    }
+  }
+  const std::vector<Row> rect_rows(rectangle.begin(), rectangle.end());
+
+  TemplateDraft t;
+  t.rank_rule = RankRule::LockstepArrival;
+  for (int32_t k = 0; k < pairs; ++k) {
+    const int32_t big_kv = by_length[k], small_kv = by_length[n - 1 - k];
+    SegmentDraft big{big_kv, rotated(rect_rows, size_t(k))};
+    for (const Row& r : rows[big_kv])
+      if (!rectangle.count(r)) big.rows.push_back(r);
+    // rows[] keep each Row's partial flag; the rectangle copies carry the flags of the first big side,
+    // so take them again from this KV tile's own list.
+    for (Row& r : big.rows)
+      r.partial = std::find(rows[big_kv].begin(), rows[big_kv].end(), r)->partial;
+    SegmentDraft small{small_kv, rows[small_kv]};
+    std::reverse(small.rows.begin(), small.rows.end());
+    t.items.push_back({{big, small}});
+  }
+  if (n % 2 == 1) {
+    const int32_t middle = by_length[pairs];
+    SegmentDraft alone{middle, rows[middle]};
+    std::reverse(alone.rows.begin(), alone.rows.end());
+    t.items.push_back({{alone}});
+  }
+  // Claim order = pair index, longest pair first; the KV-tile order inside the template stays visible in
+  // each segment's kv_tile.
+  if (mask != Mask::Causal) {
+    t.generalised = true;
+    t.note = "symmetric shift is built for the causal mask; here it pairs KV tiles by work, which balances "
+             "nothing when all KV tiles carry equal work";
+  } else if (n % 2 == 1) {
+    t.generalised = true;
+    t.note = "odd number of KV tiles: the middle tile forms an item of its own";
+  }
+  return t;
+}
+
+// Assigns every visit its rank in its accumulator's order and fills the plan's tables.
+void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per_unit, Plan& plan) {
+  const int32_t num_q = grid.num_q_tiles();
+  struct Contribution {
+    int64_t key0, key1; // sort keys: (kv tile) or (lock-step time, item)
+    int32_t visit;
+  };
+  std::vector<std::vector<Contribution>> per_accumulator(size_t(heads_per_unit) * num_q);
+
+  plan.items.clear();
+  plan.segments.clear();
+  plan.visits.clear();
+  int32_t max_visits = 0;
+  for (int32_t item_index = 0; item_index < int32_t(draft.items.size()); ++item_index) {
+    const ItemDraft& item = draft.items[item_index];
+    dash_item out_item{int32_t(plan.segments.size()), int32_t(item.segments.size())};
+    int32_t step = 0; // position of the visit inside its item = its lock-step time
+    for (const SegmentDraft& seg : item.segments) {
+      dash_segment out_seg{seg.kv_tile, int32_t(plan.visits.size()), int32_t(seg.rows.size()), 0};
+      for (const Row& r : seg.rows) {
+        dash_visit v{};
+        v.q_tile = uint16_t(r.q_tile);
+        v.head_in_unit = uint8_t(r.head);
+        v.flags = r.partial ? DASH_VISIT_PARTIAL_MASK : 0;
+        const int32_t index = int32_t(plan.visits.size());
+        const Contribution c = draft.rank_rule == RankRule::AscendingKv
+                                   ? Contribution{seg.kv_tile, 0, index}
+                                   : Contribution{step, item_index, index};
+        per_accumulator[size_t(r.head) * num_q + r.q_tile].push_back(c);
+        plan.visits.push_back(v);
+        ++step;
+      }
+      plan.segments.push_back(out_seg);
+    }
+    max_visits = std::max(max_visits, step);
+    plan.items.push_back(out_item);
+  }
+
+  plan.dq_count.assign(per_accumulator.size(), 0);
+  for (size_t a = 0; a < per_accumulator.size(); ++a) {
+    auto& contributions = per_accumulator[a];
+    std::sort(contributions.begin(), contributions.end(), [](const Contribution& x, const Contribution& y) {
+      return std::tie(x.key0, x.key1) < std::tie(y.key0, y.key1);
+    });
+    const int32_t count = int32_t(contributions.size());
+    plan.dq_count[a] = uint16_t(count);
+    for (int32_t rank = 0; rank < count; ++rank) {
+      dash_visit& v = plan.visits[contributions[rank].visit];
+      v.dq_rank = uint16_t(rank);
+      if (rank == 0) v.flags |= DASH_VISIT_FIRST;
+      if (rank == count - 1) v.flags |= DASH_VISIT_LAST;
+    }
+  }
+  plan.header.max_visits_per_item = max_visits;
+}
+
+void check_format_limits(const Problem& problem, const TileGrid& grid, int32_t heads_per_unit) {
+  if (grid.num_q_tiles() > DASH_PLAN_MAX_TILES)
+    throw Error("seqlen_q", "too many Q tiles for the plan format (" + std::to_string(grid.num_q_tiles()) +
+                                " > " + std::to_string(DASH_PLAN_MAX_TILES) + "); use a larger block_m");
+  if (grid.num_kv_tiles() > DASH_PLAN_MAX_TILES)
+    throw Error("seqlen_k", "too many KV tiles for the plan format (" + std::to_string(grid.num_kv_tiles()) +
+                                " > " + std::to_string(DASH_PLAN_MAX_TILES) + "); use a larger block_n");
+  if (heads_per_unit > DASH_PLAN_MAX_HEADS_PER_UNIT || problem.group_size() > DASH_PLAN_MAX_HEADS_PER_UNIT)
+    throw Error("heads_q", "GQA group larger than " + std::to_string(DASH_PLAN_MAX_HEADS_PER_UNIT));
+  // The blob's offsets are 32-bit: keep one unit's tables well under 4 GiB.
+  const int64_t visits = int64_t(heads_per_unit) * grid.num_q_tiles() * grid.num_kv_tiles();
+  if (visits > (int64_t(1) << 28))
+    throw Error("seqlen_q", "one unit would hold " + std::to_string(visits) +
+                                " blocks; the plan format is limited to 2^28 per unit");
+}
+
+} // namespace
+
+Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode,
+                       int32_t num_ctas) {
+  problem.validate();
+  if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
+  const TileGrid grid(problem, tiles);
+  const int32_t group = problem.group_size();
+  const int32_t heads_per_unit = gqa_mode == GqaMode::PackGroup ? group : 1;
+  check_format_limits(problem, grid, heads_per_unit);
+
+  const auto rows = rows_by_kv_tile(grid, heads_per_unit);
+  TemplateDraft draft;
+  switch (planner) {
+    case Planner::Ascending: draft = plan_ascending(rows); break;
+    case Planner::Descending: draft = plan_descending(rows); break;
+    case Planner::Shift: draft = plan_shift(rows, problem.mask); break;
+    case Planner::SymmetricShift: draft = plan_symmetric_shift(rows, problem.mask); break;
+    default: throw Error("planner", "unknown planner " + std::to_string(int(planner)));
+  }
+
+  Plan plan;
+  dash_plan_header& h = plan.header;
+  h.magic = DASH_PLAN_MAGIC;
+  h.version = DASH_PLAN_FORMAT_VERSION;
+  h.flags = draft.generalised ? DASH_PLAN_GENERALISED : 0;
+  h.problem = problem.to_c();
+  h.block_m = tiles.block_m;
+  h.block_n = tiles.block_n;
+  h.num_q_tiles = grid.num_q_tiles();
+  h.num_kv_tiles = grid.num_kv_tiles();
+  h.planner = static_cast<int32_t>(planner);
+  h.gqa_mode = static_cast<int32_t>(gqa_mode);
+  h.group_size = group;
+  h.heads_per_unit = heads_per_unit;
+  h.num_units = problem.batch * (gqa_mode == GqaMode::PackGroup ? problem.heads_kv : problem.heads_q);
+  h.num_ctas = num_ctas;
+  flatten(draft, grid, heads_per_unit, plan);
+  h.items_per_unit = int32_t(plan.items.size());
+  h.segments_per_unit = int32_t(plan.segments.size());
+  h.visits_per_unit = int32_t(plan.visits.size());
+  plan.group_head_by_rank.resize(group);
+  std::iota(plan.group_head_by_rank.begin(), plan.group_head_by_rank.end(), uint8_t(0));
+  plan.note = draft.note;
+  return plan;
+}
+
+} // namespace dash

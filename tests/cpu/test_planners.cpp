@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: Apache-2.0
+// Planners: validity over planner x mask x shape x GQA x SM count, the published orders, invariance, blobs.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+
+#include "dash/plan.hpp"
+#include "dash/simulator.hpp"
+
+namespace {
+
+using dash::Planner;
+
+dash::Problem problem(int sq, int sk, dash::Mask mask, int heads_q = 1, int heads_kv = 1, int batch = 1,
+                      int left = -1, int right = -1) {
+  dash::Problem p;
+  p.batch = batch;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.seqlen_q = sq;
+  p.seqlen_k = sk;
+  p.mask = mask;
+  p.window_left = left;
+  p.window_right = right;
+  return p;
+}
+
+dash::Plan named(const dash::Problem& p, Planner planner, dash::TileShape tiles, int ctas = 100000,
+                 dash::GqaMode mode = dash::GqaMode::SplitHeads) {
+  return dash::build_plan({p, {dash::Schedule::Kind::Planner, planner}, ctas, tiles, mode, nullptr});
+}
+
+// dQ order of unit 0, head 0, Q tile q: KV tiles in rank order.
+std::vector<int> dq_order(const dash::Plan& plan, int q, int head = 0) {
+  std::map<int, int> by_rank;
+  for (const auto& seg : plan.segments)
+    for (int v = seg.first_visit; v < seg.first_visit + seg.num_visits; ++v)
+      if (plan.visits[v].q_tile == q && plan.visits[v].head_in_unit == head) by_rank[plan.visits[v].dq_rank] = seg.kv_tile;
+  std::vector<int> order;
+  for (auto [rank, kv] : by_rank) order.push_back(kv);
+  return order;
+}
+
+// Q tiles a segment visits, in order.
+std::vector<int> visits_of(const dash::Plan& plan, int kv_tile) {
+  for (const auto& seg : plan.segments)
+    if (seg.kv_tile == kv_tile) {
+      std::vector<int> qs;
+      for (int v = seg.first_visit; v < seg.first_visit + seg.num_visits; ++v) qs.push_back(plan.visits[v].q_tile);
+      return qs;
+    }
+  return {};
+}
+
+std::vector<int> range(int from, int to) { // [from, to)
+  std::vector<int> r;
+  for (int i = from; i < to; ++i) r.push_back(i);
+  return r;
+}
+
+// ---- validity and deadlock-freedom over the whole matrix ----
+
+struct Shape {
+  const char* name;
+  dash::Problem problem;
+  dash::TileShape tiles;
+};
+
+std::vector<Shape> shapes() {
+  using dash::Mask;
+  std::vector<Shape> s;
+  for (Mask m : {Mask::Full, Mask::Causal}) {
+    const char* tag = m == Mask::Full ? "full" : "causal";
+    (void)tag;
+    s.push_back({"square-odd", problem(1000, 1000, m), {64, 128}});
+    s.push_back({"q<k", problem(113, 203, m), {16, 32}});
+    s.push_back({"q>k", problem(203, 113, m), {16, 32}});
+    s.push_back({"single", problem(1, 1, m), {64, 128}});
+    s.push_back({"gqa-4", problem(640, 640, m, 8, 2, 2), {64, 128}});
+    s.push_back({"mqa", problem(520, 777, m, 3, 1), {64, 64}});
+    s.push_back({"hdim64-tiles", problem(2048, 2048, m, 2, 2), {128, 128}});
+    s.push_back({"80-row-tiles", problem(1111, 1111, m), {80, 128}});
+  }
+  s.push_back({"window", problem(1000, 1000, Mask::Window, 1, 1, 1, 200, 0), {64, 128}});
+  s.push_back({"window-both", problem(700, 900, Mask::Window, 2, 1, 1, 100, 50), {32, 64}});
+  s.push_back({"window-right", problem(333, 333, Mask::Window, 1, 1, 1, -1, 70), {16, 16}});
+  return s;
+}
+
+TEST(Planners, EveryPlannerMaskShapeAndSmCountIsValidOrRejectedOnlyForCoResidency) {
+  const std::vector<int> sm_counts = {1, 2, 7, 78, 108, 114, 132, 100000};
+  for (const Shape& shape : shapes()) {
+    for (dash::GqaMode mode : {dash::GqaMode::SplitHeads, dash::GqaMode::PackGroup}) {
+      for (Planner planner : dash::all_planners()) {
+        const dash::Plan plan = dash::build_unvalidated(shape.problem, planner, shape.tiles, mode, 1);
+        const auto unlimited = dash::validate_plan(plan, 100000);
+        ASSERT_TRUE(unlimited.ok) << shape.name << " " << dash::planner_name(planner) << ": " << unlimited.reason;
+        for (int ctas : sm_counts) {
+          const auto report = dash::validate_plan(plan, ctas);
+          EXPECT_EQ(report.ok, ctas >= unlimited.min_coresident_ctas) << shape.name << " " << ctas;
+          if (!report.ok) {
+            EXPECT_NE(report.reason.find("co-resident"), std::string::npos) << report.reason;
+            // A user who names the planner gets the reason as an error; auto falls back.
+            try {
+              named(shape.problem, planner, shape.tiles, ctas, mode);
+              ADD_FAILURE() << "expected an error for " << dash::planner_name(planner) << " on " << ctas << " CTAs";
+            } catch (const dash::Error& e) {
+              EXPECT_EQ(e.argument(), "schedule");
+              EXPECT_NE(std::string(e.what()).find("co-resident"), std::string::npos);
+            }
+          } else {
+            // Accepted plans complete in the execution model, whatever the timing model.
+            for (bool overlap : {false, true}) {
+              dash::CostModel cost = dash::CostModel::paper(1.0, 0.3);
+              cost.overlap_reduce = overlap;
+              cost.signal_latency = 0.7;
+              cost.compute_partial = 0.45;
+              dash::Plan runnable = plan;
+              runnable.header.flags |= report.waits_only_backward ? DASH_PLAN_WAITS_ONLY_BACKWARD : 0;
+              const auto sim = dash::simulate(runnable, ctas, cost);
+              ASSERT_FALSE(sim.deadlocked) << shape.name << " " << dash::planner_name(planner) << " P=" << ctas
+                                           << ": " << sim.deadlock_detail;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Planners, AscendingAndDescendingNeedNoCoResidency) {
+  for (const Shape& shape : shapes())
+    for (Planner planner : {Planner::Ascending, Planner::Descending}) {
+      const dash::Plan plan = named(shape.problem, planner, shape.tiles, 1);
+      EXPECT_EQ(plan.header.min_coresident_ctas, 1);
+      EXPECT_TRUE(plan.header.flags & DASH_PLAN_WAITS_ONLY_BACKWARD);
+    }
+}
+
+TEST(Planners, ShiftNeedsTheWholeHeadCoResidentAndSaysSo) {
+  // 128 KV tiles per head (16k, 128-row tiles): shift's wave is the whole head.
+  const auto p = problem(16384, 16384, dash::Mask::Full, 16, 16);
+  EXPECT_EQ(named(p, Planner::Shift, {128, 128}, 132).header.min_coresident_ctas, 128);
+  for (int ctas : {114, 108, 78}) {
+    EXPECT_THROW(named(p, Planner::Shift, {128, 128}, ctas), dash::Error) << ctas;
+    const dash::Plan autoplan = dash::build_plan({p, dash::Schedule::parse("auto"), ctas, {128, 128}, {}, nullptr});
+    EXPECT_NE(autoplan.planner(), Planner::Shift);
+    EXPECT_NE(autoplan.note.find("shift skipped"), std::string::npos) << autoplan.note;
+  }
+}
+
+// ---- the published orders ----
+
+TEST(Planners, ShiftFullMaskMatchesThePapersFourByFourTable) {
+  const dash::Plan plan = named(problem(512, 512, dash::Mask::Full), Planner::Shift, {128, 128});
+  EXPECT_EQ(visits_of(plan, 0), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(visits_of(plan, 1), (std::vector<int>{1, 2, 3, 0}));
+  EXPECT_EQ(visits_of(plan, 3), (std::vector<int>{3, 0, 1, 2}));
+  EXPECT_EQ(dq_order(plan, 0), (std::vector<int>{0, 3, 2, 1}));
+  EXPECT_EQ(dq_order(plan, 1), (std::vector<int>{1, 0, 3, 2}));
+  EXPECT_EQ(dq_order(plan, 2), (std::vector<int>{2, 1, 0, 3}));
+  EXPECT_EQ(dq_order(plan, 3), (std::vector<int>{3, 2, 1, 0}));
+}
+
+TEST(Planners, ShiftWithMoreQTilesThanKvTilesMatchesTheForksOrder) {
+  // 6 Q tiles x 3 KV tiles (fa3-and-dash-fork-notes.md, worked example).
+  const dash::Plan plan = named(problem(6 * 64, 3 * 128, dash::Mask::Full), Planner::Shift, {64, 128});
+  EXPECT_EQ(dq_order(plan, 0), (std::vector<int>{0, 2, 1}));
+  EXPECT_EQ(dq_order(plan, 1), (std::vector<int>{1, 0, 2}));
+  for (int q = 2; q < 6; ++q) EXPECT_EQ(dq_order(plan, q), (std::vector<int>{2, 1, 0})) << q;
+}
+
+TEST(Planners, SymmetricShiftMatchesThePapersExamples) {
+  {
+    const dash::Plan plan = named(problem(512, 512, dash::Mask::Causal), Planner::SymmetricShift, {128, 128});
+    ASSERT_EQ(plan.items.size(), 2u);
+    EXPECT_EQ(visits_of(plan, 0), (std::vector<int>{1, 2, 3, 0}));
+    EXPECT_EQ(visits_of(plan, 3), (std::vector<int>{3}));
+    EXPECT_EQ(visits_of(plan, 1), (std::vector<int>{2, 3, 1}));
+    EXPECT_EQ(visits_of(plan, 2), (std::vector<int>{3, 2}));
+    EXPECT_EQ(dq_order(plan, 0), (std::vector<int>{0}));
+    EXPECT_EQ(dq_order(plan, 1), (std::vector<int>{0, 1}));
+    EXPECT_EQ(dq_order(plan, 2), (std::vector<int>{1, 0, 2}));
+    EXPECT_EQ(dq_order(plan, 3), (std::vector<int>{1, 0, 2, 3}));
+  }
+  {
+    const dash::Plan plan = named(problem(1024, 1024, dash::Mask::Causal), Planner::SymmetricShift, {128, 128});
+    EXPECT_EQ(visits_of(plan, 0), (std::vector<int>{3, 4, 5, 6, 7, 0, 1, 2}));
+    EXPECT_EQ(visits_of(plan, 1), (std::vector<int>{4, 5, 6, 7, 3, 1, 2}));
+    EXPECT_EQ(visits_of(plan, 2), (std::vector<int>{5, 6, 7, 3, 4, 2}));
+    EXPECT_EQ(visits_of(plan, 3), (std::vector<int>{6, 7, 3, 4, 5}));
+    EXPECT_EQ(visits_of(plan, 4), (std::vector<int>{7, 6, 5, 4}));
+    EXPECT_EQ(dq_order(plan, 3), (std::vector<int>{0, 3, 2, 1}));
+    EXPECT_EQ(dq_order(plan, 5), (std::vector<int>{2, 1, 0, 3, 4, 5}));
+    EXPECT_EQ(dq_order(plan, 7), (std::vector<int>{3, 2, 1, 0, 4, 5, 6, 7}));
+  }
+  {
+    // hdim-128 tiles (64 x 128): stride 2, 12 Q tiles, 6 KV tiles (the fork's causal example).
+    const dash::Plan plan = named(problem(768, 768, dash::Mask::Causal), Planner::SymmetricShift, {64, 128});
+    std::vector<int> k0 = range(4, 12), k1 = range(5, 12), k2 = range(6, 12);
+    k0.insert(k0.end(), {0, 1, 2, 3});
+    k1.insert(k1.end(), {4, 2, 3});
+    k2.insert(k2.end(), {4, 5});
+    EXPECT_EQ(visits_of(plan, 0), k0);
+    EXPECT_EQ(visits_of(plan, 1), k1);
+    EXPECT_EQ(visits_of(plan, 2), k2);
+    EXPECT_EQ(visits_of(plan, 5), (std::vector<int>{11, 10}));
+    EXPECT_EQ(dq_order(plan, 0), (std::vector<int>{0}));
+    EXPECT_EQ(dq_order(plan, 4), (std::vector<int>{0, 2, 1}));
+    EXPECT_EQ(dq_order(plan, 6), (std::vector<int>{2, 1, 0, 3}));
+    EXPECT_EQ(dq_order(plan, 11), (std::vector<int>{2, 1, 0, 3, 4, 5}));
+  }
+}
+
+TEST(Planners, AscendingAndDescendingAddDqInAscendingKvOrder) {
+  for (auto mask : {dash::Mask::Full, dash::Mask::Causal}) {
+    const auto p = problem(1000, 1000, mask);
+    const dash::Plan asc = named(p, Planner::Ascending, {64, 128});
+    const dash::Plan desc = named(p, Planner::Descending, {64, 128});
+    for (int q = 0; q < asc.header.num_q_tiles; ++q) {
+      const auto order = dq_order(asc, q);
+      EXPECT_TRUE(std::is_sorted(order.begin(), order.end()));
+      EXPECT_EQ(order, dq_order(desc, q));
+    }
+    for (int kv = 0; kv < asc.header.num_kv_tiles; ++kv) {
+      auto forward = visits_of(asc, kv), backward = visits_of(desc, kv);
+      std::reverse(backward.begin(), backward.end());
+      EXPECT_EQ(forward, backward);
+      EXPECT_TRUE(std::is_sorted(forward.begin(), forward.end()));
+    }
+  }
+}
+
+TEST(Planners, PackedGqaCoversEveryHeadOfTheGroupInOneItem) {
+  const auto p = problem(300, 300, dash::Mask::Causal, 8, 2);
+  const dash::Plan plan = named(p, Planner::Shift, {64, 64}, 100000, dash::GqaMode::PackGroup);
+  EXPECT_EQ(plan.header.heads_per_unit, 4);
+  EXPECT_EQ(plan.header.num_units, 2);
+  EXPECT_EQ(plan.dq_count.size(), size_t(4 * plan.header.num_q_tiles));
+}
+
+// ---- invariance: a sequence's orders never depend on batch, head count or position ----
+
+bool same_template(const dash::Plan& a, const dash::Plan& b) {
+  auto bytes_equal = [](const auto& x, const auto& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
+  };
+  return a.planner() == b.planner() && bytes_equal(a.items, b.items) && bytes_equal(a.segments, b.segments) &&
+         bytes_equal(a.visits, b.visits) && bytes_equal(a.dq_count, b.dq_count) &&
+         bytes_equal(a.group_head_by_rank, b.group_head_by_rank);
+}
+
+TEST(Planners, OrdersAreInvariantToBatchAndHeadCount) {
+  struct Variation { int batch, heads_q, heads_kv; };
+  const std::vector<Variation> variations = {{1, 4, 1}, {8, 4, 1}, {3, 32, 8}, {1, 128, 32}};
+  for (auto mask : {dash::Mask::Full, dash::Mask::Causal}) {
+    for (int seqlen : {777, 4096}) {
+      for (const std::string schedule : {"ascending", "descending", "shift", "symmetric-shift", "auto"}) {
+        std::optional<dash::Plan> first;
+        for (auto v : variations) {
+          const auto p = problem(seqlen, seqlen, mask, v.heads_q, v.heads_kv, v.batch);
+          const dash::Plan plan = dash::build_plan({p, dash::Schedule::parse(schedule), 132, {64, 128}, {}, nullptr});
+          if (!first) first = plan;
+          EXPECT_TRUE(same_template(*first, plan)) << schedule << " seqlen " << seqlen << " batch " << v.batch
+                                                   << " heads " << v.heads_q;
+          EXPECT_EQ(plan.header.min_coresident_ctas, first->header.min_coresident_ctas);
+        }
+      }
+    }
+  }
+}
+
+// ---- flags and serialisation ----
+
+TEST(Planners, BlobRoundTripsAndRejectsCorruption) {
+  const dash::Plan plan = named(problem(1000, 1500, dash::Mask::Causal, 4, 2, 3), Planner::SymmetricShift, {64, 128});
+  const std::vector<uint8_t> blob = plan.to_blob();
+  EXPECT_EQ(blob.size() % 16, 0u);
+  const dash::Plan back = dash::Plan::from_blob(blob.data(), blob.size());
+  EXPECT_TRUE(same_template(plan, back));
+  EXPECT_EQ(std::memcmp(&back.header.problem, &plan.header.problem, sizeof(dash_problem)), 0);
+  EXPECT_TRUE(dash::validate_plan(back, 132).ok);
+
+  auto corrupt = blob;
+  corrupt[0] ^= 1;
+  EXPECT_THROW(dash::Plan::from_blob(corrupt.data(), corrupt.size()), dash::Error);
+  EXPECT_THROW(dash::Plan::from_blob(blob.data(), blob.size() - 16), dash::Error);
+  EXPECT_THROW(dash::Plan::from_blob(blob.data(), 10), dash::Error);
+  auto bad_version = blob;
+  reinterpret_cast<dash_plan_header*>(bad_version.data())->version = 99;
+  EXPECT_THROW(dash::Plan::from_blob(bad_version.data(), bad_version.size()), dash::Error);
+  auto bad_offset = blob;
+  reinterpret_cast<dash_plan_header*>(bad_offset.data())->visits_offset = uint32_t(blob.size());
+  EXPECT_THROW(dash::Plan::from_blob(bad_offset.data(), bad_offset.size()), dash::Error);
+}
+
+TEST(Planners, UnknownScheduleAndBadArgumentsAreNamed) {
+  try {
+    dash::Schedule::parse("fastest");
+    FAIL();
+  } catch (const dash::Error& e) {
+    EXPECT_EQ(e.argument(), "schedule");
+  }
+  try {
+    dash::build_plan({problem(128, 128, dash::Mask::Full), dash::Schedule::parse("shift"), 0, {}, {}, nullptr});
+    FAIL();
+  } catch (const dash::Error& e) {
+    EXPECT_EQ(e.argument(), "num_ctas");
+  }
+  try { // 2^16 Q tiles do not fit the 16-bit fields
+    dash::build_plan({problem(70000, 128, dash::Mask::Full), dash::Schedule::parse("ascending"), 132, {1, 128}, {}, nullptr});
+    FAIL();
+  } catch (const dash::Error& e) {
+    EXPECT_EQ(e.argument(), "seqlen_q");
+  }
+}
+
+TEST(Planners, GeneralisationsAreRecorded) {
+  const dash::Plan shift_causal = named(problem(1000, 1000, dash::Mask::Causal), Planner::Shift, {64, 128});
+  EXPECT_TRUE(shift_causal.header.flags & DASH_PLAN_GENERALISED);
+  EXPECT_FALSE(shift_causal.note.empty());
+  const dash::Plan sym_full = named(problem(1000, 1000, dash::Mask::Full), Planner::SymmetricShift, {64, 128});
+  EXPECT_TRUE(sym_full.header.flags & DASH_PLAN_GENERALISED);
+  const dash::Plan shift_full = named(problem(1024, 1024, dash::Mask::Full), Planner::Shift, {64, 128});
+  EXPECT_FALSE(shift_full.header.flags & DASH_PLAN_GENERALISED);
+}
+
+} // namespace

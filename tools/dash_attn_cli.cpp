@@ -1,0 +1,376 @@
+// SPDX-License-Identifier: Apache-2.0
+// dash-attn: the command-line tool. Plans and simulates backward schedules on any machine; the GPU
+// commands (benchmarks, reproducibility checks) are added by the kernel code when CUDA is built.
+//
+//   dash-attn                      the main job: the benchmark grid on a 132-SM H200, every planner
+//   dash-attn plan     [shape] --schedule NAME [--ctas P]
+//   dash-attn simulate [shape] [--ctas P] [--svg FILE] [--svg-schedule NAME] [cost options]
+//   dash-attn grid     [--ctas P] [cost options]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dash/plan.hpp"
+#include "dash/simulator.hpp"
+
+namespace {
+
+using dash::Error;
+
+const char* kUsage = R"(usage: dash-attn [COMMAND] [OPTIONS]
+
+commands:
+  grid       simulate every planner over the benchmark grid (the default command)
+  plan       build one plan and print it: per-item visit sequences and per-dQ-tile orders
+  simulate   compare every planner on one shape: makespan, idle %, speed-up over ascending
+  help       this text
+
+shape (plan, simulate):
+  --batch N          sequences (default 1)
+  --heads N          query heads (default 16)
+  --heads-kv N       KV heads, dividing --heads (default: --heads)
+  --seqlen N         query length (default 8192)
+  --seqlen-k N       key length (default: --seqlen)
+  --hdim N           head dim (default 128)
+  --mask M           full | causal | window (default full); --causal is short for --mask causal
+  --window L,R       sliding window sizes (implies --mask window; -1 = unbounded side)
+  --block-m N --block-n N   tile shape (default: the kernels' tiles for --hdim)
+  --gqa MODE         split (one unit per query head, default) | pack (one unit per KV head)
+plan / simulate:
+  --ctas P           co-resident CTAs (default 132, an H200's SMs)
+  --schedule NAME    ascending | descending | shift | symmetric-shift | auto | auto-fastest (plan; default auto)
+  --items N          items to print (plan; default 16)
+  --svg FILE         write a Gantt chart of one schedule (simulate; --svg-schedule picks it, default: the best)
+cost model (simulate, grid):
+  --cost KIND        h200 (default: uncalibrated estimate from the tile shape) | paper (c=1, r=0.25)
+  --c X --r X        compute and reduce cost per block (override)
+  --latency X        release-to-waiter signal latency
+  --overlap 0|1      reduce in a separate store warp (1) or blocking, as in the DASH paper (0)
+)";
+
+class Args {
+ public:
+  Args(int argc, char** argv) {
+    for (int i = 0; i < argc; ++i) tokens_.push_back(argv[i]);
+  }
+  // Value of --name, or nullopt. Flags without values (--causal) are handled by has().
+  std::optional<std::string> value(const std::string& name) {
+    for (size_t i = 0; i < tokens_.size(); ++i) {
+      if (tokens_[i] == name) {
+        if (i + 1 >= tokens_.size()) throw Error(name, "expects a value");
+        used_.insert(i);
+        used_.insert(i + 1);
+        return tokens_[i + 1];
+      }
+    }
+    return std::nullopt;
+  }
+  bool has(const std::string& name) {
+    for (size_t i = 0; i < tokens_.size(); ++i)
+      if (tokens_[i] == name) {
+        used_.insert(i);
+        return true;
+      }
+    return false;
+  }
+  int32_t integer(const std::string& name, int32_t fallback, int32_t min_value = 1) {
+    auto v = value(name);
+    if (!v) return fallback;
+    char* end = nullptr;
+    const long parsed = std::strtol(v->c_str(), &end, 10);
+    if (end == v->c_str() || *end != '\0' || parsed < min_value || parsed > (1L << 30))
+      throw Error(name, "expected an integer >= " + std::to_string(min_value) + ", got '" + *v + "'");
+    return int32_t(parsed);
+  }
+  std::optional<double> real(const std::string& name) {
+    auto v = value(name);
+    if (!v) return std::nullopt;
+    char* end = nullptr;
+    const double parsed = std::strtod(v->c_str(), &end);
+    if (end == v->c_str() || *end != '\0' || !(parsed >= 0))
+      throw Error(name, "expected a non-negative number, got '" + *v + "'");
+    return parsed;
+  }
+  // Every token must have been consumed: an unknown option is an error, not silently ignored.
+  void expect_all_used() const {
+    for (size_t i = 0; i < tokens_.size(); ++i)
+      if (!used_.count(i)) throw Error(tokens_[i], "unknown option or stray argument (see dash-attn help)");
+  }
+
+ private:
+  std::vector<std::string> tokens_;
+  std::set<size_t> used_;
+};
+
+struct Shape {
+  dash::Problem problem;
+  dash::TileShape tiles{};
+  dash::GqaMode gqa = dash::GqaMode::SplitHeads;
+};
+
+Shape parse_shape(Args& args) {
+  Shape s;
+  dash::Problem& p = s.problem;
+  p.batch = args.integer("--batch", 1);
+  p.heads_q = args.integer("--heads", 16);
+  p.heads_kv = args.integer("--heads-kv", p.heads_q);
+  p.seqlen_q = args.integer("--seqlen", 8192);
+  p.seqlen_k = args.integer("--seqlen-k", p.seqlen_q);
+  p.head_dim = args.integer("--hdim", 128);
+  if (auto m = args.value("--mask")) p.mask = dash::parse_mask(*m);
+  if (args.has("--causal")) p.mask = dash::Mask::Causal;
+  if (auto w = args.value("--window")) {
+    const auto comma = w->find(',');
+    if (comma == std::string::npos) throw Error("--window", "expected L,R (e.g. 256,0), got '" + *w + "'");
+    try {
+      p.window_left = std::stoi(w->substr(0, comma));
+      p.window_right = std::stoi(w->substr(comma + 1));
+    } catch (const std::exception&) {
+      throw Error("--window", "expected two integers L,R, got '" + *w + "'");
+    }
+    p.mask = dash::Mask::Window;
+  }
+  s.tiles.block_m = args.integer("--block-m", 0, 0);
+  s.tiles.block_n = args.integer("--block-n", 0, 0);
+  if ((s.tiles.block_m == 0) != (s.tiles.block_n == 0))
+    throw Error("--block-m", "give both --block-m and --block-n, or neither");
+  if (s.tiles.block_m == 0) s.tiles = dash::default_backward_tiles(p.head_dim);
+  if (auto g = args.value("--gqa")) {
+    if (*g == "split") s.gqa = dash::GqaMode::SplitHeads;
+    else if (*g == "pack") s.gqa = dash::GqaMode::PackGroup;
+    else throw Error("--gqa", "expected split or pack, got '" + *g + "'");
+  }
+  p.validate();
+  return s;
+}
+
+struct CostChoice {
+  bool paper = false;
+  std::optional<double> c, r, latency;
+  std::optional<bool> overlap;
+};
+
+CostChoice parse_cost(Args& args) {
+  CostChoice choice;
+  if (auto kind = args.value("--cost")) {
+    if (*kind == "paper") choice.paper = true;
+    else if (*kind != "h200") throw Error("--cost", "expected h200 or paper, got '" + *kind + "'");
+  }
+  choice.c = args.real("--c");
+  choice.r = args.real("--r");
+  choice.latency = args.real("--latency");
+  if (auto v = args.value("--overlap")) {
+    if (*v != "0" && *v != "1") throw Error("--overlap", "expected 0 or 1");
+    choice.overlap = (*v == "1");
+  }
+  return choice;
+}
+
+dash::CostModel make_cost(const CostChoice& choice, const dash::Problem& p, dash::TileShape tiles) {
+  dash::CostModel cost = choice.paper ? dash::CostModel::paper(1.0, 0.25) : dash::CostModel::for_problem(p, tiles);
+  if (choice.c) cost.compute_full = cost.compute_partial = *choice.c;
+  if (choice.r) cost.reduce = *choice.r;
+  if (choice.latency) cost.signal_latency = *choice.latency;
+  if (choice.overlap) cost.overlap_reduce = *choice.overlap;
+  if (cost.compute_full <= 0) throw Error("--c", "compute cost must be > 0");
+  return cost;
+}
+
+struct Candidate {
+  dash::Planner planner;
+  std::optional<dash::Plan> plan;
+  std::string rejected;
+  dash::SimResult sim;
+};
+
+std::vector<Candidate> simulate_all(const Shape& s, int32_t ctas, const dash::CostModel& cost, bool spans) {
+  std::vector<Candidate> out;
+  for (dash::Planner planner : dash::all_planners()) {
+    Candidate c{planner, std::nullopt, "", {}};
+    try {
+      dash::PlanRequest req{s.problem, {dash::Schedule::Kind::Planner, planner}, ctas, s.tiles, s.gqa, &cost};
+      c.plan = dash::build_plan(req);
+      c.sim = dash::simulate(*c.plan, ctas, cost, {spans});
+    } catch (const Error& e) {
+      c.rejected = e.what();
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string chosen_by(const Shape& s, int32_t ctas, const dash::CostModel& cost, dash::Schedule::Kind kind) {
+  try {
+    dash::PlanRequest req{s.problem, {kind, dash::Planner::Ascending}, ctas, s.tiles, s.gqa, &cost};
+    return dash::planner_name(dash::build_plan(req).planner());
+  } catch (const Error& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
+int cmd_plan(Args& args) {
+  const Shape s = parse_shape(args);
+  const int32_t ctas = args.integer("--ctas", 132);
+  const dash::Schedule schedule = dash::Schedule::parse(args.value("--schedule").value_or("auto"));
+  const int32_t items = args.integer("--items", 16);
+  args.expect_all_used();
+  const auto t0 = std::chrono::steady_clock::now();
+  dash::PlanRequest req{s.problem, schedule, ctas, s.tiles, s.gqa, nullptr};
+  const dash::Plan plan = dash::build_plan(req);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << dash::describe_plan(plan, items, items);
+  std::cout << "\nbuilt and validated in " << fixed(ms, 2) << " ms\n";
+  return 0;
+}
+
+int cmd_simulate(Args& args) {
+  const Shape s = parse_shape(args);
+  const int32_t ctas = args.integer("--ctas", 132);
+  const CostChoice cost_choice = parse_cost(args);
+  const auto svg = args.value("--svg");
+  const auto svg_schedule = args.value("--svg-schedule");
+  args.expect_all_used();
+  const dash::CostModel cost = make_cost(cost_choice, s.problem, s.tiles);
+
+  std::cout << "problem  " << s.problem.describe() << "; tiles " << s.tiles.block_m << "x" << s.tiles.block_n
+            << "; " << ctas << " CTAs; gqa " << dash::gqa_mode_name(s.gqa) << "\n";
+  std::cout << "cost     " << cost.describe() << "\n\n";
+  const auto candidates = simulate_all(s, ctas, cost, svg.has_value());
+  double ascending = 0;
+  for (const auto& c : candidates)
+    if (c.planner == dash::Planner::Ascending && c.plan) ascending = c.sim.makespan;
+  std::printf("%-16s %12s %8s %8s %10s %10s  %s\n", "planner", "makespan", "idle%", "wait%", "vs asc", "co-res",
+              "critical path / note");
+  const Candidate* best = nullptr;
+  for (const auto& c : candidates) {
+    if (!c.plan) {
+      std::printf("%-16s %12s  rejected: %s\n", dash::planner_name(c.planner), "-", c.rejected.c_str());
+      continue;
+    }
+    if (!best || c.sim.makespan < best->sim.makespan) best = &c;
+    int computes = 0, reduces = 0, waits = 0;
+    for (const auto& step : c.sim.critical_path) {
+      computes += step.kind == dash::SpanKind::Compute;
+      reduces += step.kind == dash::SpanKind::Reduce;
+      waits += step.kind == dash::SpanKind::Wait;
+    }
+    std::printf("%-16s %12s %8s %8s %9sx %10d  %d compute, %d reduce, %d wait steps%s%s\n",
+                dash::planner_name(c.planner), fixed(c.sim.makespan, 2).c_str(),
+                fixed(100 * c.sim.idle_fraction, 1).c_str(), fixed(100 * c.sim.wait_fraction, 1).c_str(),
+                fixed(ascending / c.sim.makespan, 3).c_str(), c.plan->header.min_coresident_ctas, computes, reduces,
+                waits, c.plan->note.empty() ? "" : "; ", c.plan->note.c_str());
+  }
+  std::cout << "\nauto picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::Auto)
+            << " (batch-invariant); auto-fastest picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::AutoFastest)
+            << "\n";
+  if (svg) {
+    const Candidate* drawn = best;
+    if (svg_schedule) {
+      const dash::Schedule sched = dash::Schedule::parse(*svg_schedule);
+      if (sched.kind != dash::Schedule::Kind::Planner) throw Error("--svg-schedule", "name one planner");
+      drawn = nullptr;
+      for (const auto& c : candidates)
+        if (c.planner == sched.planner) drawn = c.plan ? &c : nullptr;
+      if (!drawn) throw Error("--svg-schedule", std::string(planner_name(sched.planner)) + " was rejected for this shape");
+    }
+    if (!drawn) throw Error("--svg", "no planner could run this shape");
+    std::ofstream out(*svg);
+    if (!out) throw Error("--svg", "cannot write " + *svg);
+    out << dash::gantt_svg(*drawn->plan, drawn->sim, 64,
+                           std::string(dash::planner_name(drawn->planner)) + ": " + s.problem.describe());
+    std::cout << "wrote " << *svg << " (" << dash::planner_name(drawn->planner) << ")\n";
+  }
+  return 0;
+}
+
+// The benchmark protocol's grid (docs/benchmark-protocol.md): bf16, hidden 2048, 16k tokens per batch.
+int cmd_grid(Args& args) {
+  const int32_t ctas = args.integer("--ctas", 132);
+  const CostChoice cost_choice = parse_cost(args);
+  args.expect_all_used();
+  std::cout << "Simulated backward makespan per planner, " << ctas
+            << " CTAs (the DASH paper's grid: hidden 2048, 16384 tokens; MHA)\n";
+  std::cout << "Cost model: " << (cost_choice.paper ? "paper (c=1, r=0.25)" : "uncalibrated H200 estimate per tile shape")
+            << "; times in model units (us for h200). Speed-up = ascending / planner.\n\n";
+  std::printf("%-5s %-7s %6s %4s | %10s %10s %10s %10s | %-16s %6s | %-16s\n", "hdim", "mask", "seqlen", "B",
+              "ascending", "descending", "shift", "sym-shift", "best", "x asc", "auto");
+  double total_ms = 0;
+  for (int32_t hdim : {64, 128}) {
+    for (const char* mask : {"full", "causal"}) {
+      for (int32_t seqlen : {512, 1024, 2048, 4096, 8192, 16384}) {
+        Shape s;
+        s.problem.batch = 16384 / seqlen;
+        s.problem.heads_q = s.problem.heads_kv = 2048 / hdim;
+        s.problem.seqlen_q = s.problem.seqlen_k = seqlen;
+        s.problem.head_dim = hdim;
+        s.problem.mask = dash::parse_mask(mask);
+        s.tiles = dash::default_backward_tiles(hdim);
+        const dash::CostModel cost = make_cost(cost_choice, s.problem, s.tiles);
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto candidates = simulate_all(s, ctas, cost, false);
+        total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        std::string cells;
+        double asc = 0, best_time = 1e300;
+        std::string best_name = "-";
+        for (const auto& c : candidates) {
+          char cell[32];
+          if (c.plan) {
+            std::snprintf(cell, sizeof cell, " %10.1f", c.sim.makespan);
+            if (c.planner == dash::Planner::Ascending) asc = c.sim.makespan;
+            if (c.sim.makespan < best_time) {
+              best_time = c.sim.makespan;
+              best_name = dash::planner_name(c.planner);
+            }
+          } else {
+            std::snprintf(cell, sizeof cell, " %10s", "rejected");
+          }
+          cells += cell;
+        }
+        std::printf("%-5d %-7s %6d %4d |%s | %-16s %6.3f | %-16s\n", hdim, mask, seqlen, s.problem.batch,
+                    cells.c_str(), best_name.c_str(), asc / best_time,
+                    chosen_by(s, ctas, cost, dash::Schedule::Kind::Auto).c_str());
+      }
+    }
+  }
+  std::printf("\n(all plans built, validated and simulated in %.0f ms)\n", total_ms);
+#ifndef DASH_HAVE_CUDA
+  std::cout << "This build has no CUDA kernels (nvcc was not found): simulation only.\n";
+#endif
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const std::string command = argc > 1 ? argv[1] : "grid";
+  Args args(argc > 2 ? argc - 2 : 0, argv + 2);
+  try {
+    if (command == "help" || command == "--help" || command == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (command == "plan") return cmd_plan(args);
+    if (command == "simulate") return cmd_simulate(args);
+    if (command == "grid") return cmd_grid(args);
+    std::cerr << "dash-attn: unknown command '" << command << "'\n\n" << kUsage;
+    return 2;
+  } catch (const Error& e) {
+    std::cerr << "dash-attn: " << e.what() << "\n";
+    return 2;
+  }
+}
