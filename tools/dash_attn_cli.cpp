@@ -227,7 +227,7 @@ int cmd_plan(Args& args) {
   const Shape s = parse_shape(args);
   const int32_t ctas = args.integer("--ctas", 132);
   const dash::Schedule schedule = dash::Schedule::parse(args.value("--schedule").value_or("auto"));
-  const int32_t items = args.integer("--items", 16);
+  const int32_t items = args.integer("--items", 16, 0);
   args.expect_all_used();
   const auto t0 = std::chrono::steady_clock::now();
   dash::PlanRequest req{s.problem, schedule, ctas, s.tiles, s.gqa, nullptr};

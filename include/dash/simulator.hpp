@@ -25,6 +25,11 @@ struct CostModel {
   // true:  a store warp reduces while the MMA warps compute the next visit, with one staging buffer
   //        (FA3's layout): a visit's partial is handed off only once the previous reduce has finished.
   bool overlap_reduce = false;
+  // Overlap mode only. false (the kernels' behaviour): a CTA claims its next ticket once the last wait of
+  // its item is satisfied. true: plans with DASH_PLAN_WAITS_ONLY_BACKWARD may claim as soon as the item's
+  // computes are done — allowed by docs/DEADLOCK.md, but a CTA whose store warp still waits then holds a
+  // ticket another CTA could start, and delays convoy across heads (ascending causal: several-fold).
+  bool claim_ahead = false;
 
   // Uncalibrated H200 estimate for a problem's tile shape (see cost_model notes in simulator.cpp).
   static CostModel for_problem(const Problem& problem, TileShape tiles);
@@ -33,6 +38,10 @@ struct CostModel {
   std::string describe() const;
 };
 
+// Reduce with visit == -1 is a segment's ordered dK/dV add (SPLIT_HEADS GQA). Wait spans are time a CTA is
+// held up by an order: in blocking mode, compute end -> reduce start, and dK/dV turns; in overlap mode, the
+// compute stream stalled by the staging buffer, a dK/dV turn or the claim rule (the store warp's own waits
+// for a turn are not spans: they cost nothing until the buffer is needed).
 enum class SpanKind : uint8_t { Compute, Reduce, Wait, Overhead };
 
 struct Span {
@@ -41,7 +50,7 @@ struct Span {
   double start;
   double end;
   int64_t ticket; // item's global ticket
-  int32_t visit;  // index within the unit's visit table, -1 for overhead
+  int32_t visit;  // index within the unit's visit table; -1 for overheads, dK/dV adds and claim waits
 };
 
 struct CriticalStep {
@@ -49,15 +58,22 @@ struct CriticalStep {
   int32_t visit;
   SpanKind kind;
   double start, end;
+  int32_t cta = -1;          // the CTA that ran it
+  bool after_signal = false; // starts at the previous step's end + signal_latency (a release it waited for);
+                             // otherwise at the previous step's end exactly (or at 0 for the first step)
 };
 
 struct SimResult {
   bool deadlocked = false;       // some CTA waited forever (only for plans the validator would reject)
   std::string deadlock_detail;
   double makespan = 0;
-  double total_compute = 0, total_reduce = 0, total_wait = 0, total_overhead = 0;
-  std::vector<double> cta_busy;  // compute + reduce + overhead per CTA
-  std::vector<double> cta_wait;  // blocked on a turn per CTA
+  double total_compute = 0, total_reduce = 0, total_wait = 0, total_overhead = 0; // reduce: dQ + dK/dV adds
+  // Blocking mode: compute + reduce + overhead (+ dK/dV adds) per CTA. Overlap mode: the compute stream's
+  // work only (compute + overhead + dK/dV adds, which run on it); dQ reduces run on the store warp
+  // concurrently and are counted in cta_reduce, so idle_fraction is then the compute stream's idleness.
+  std::vector<double> cta_busy;
+  std::vector<double> cta_wait;   // blocked on an order per CTA (the Wait spans' total; see SpanKind)
+  std::vector<double> cta_reduce; // dQ reduces + dK/dV adds per CTA (both modes)
   double idle_fraction = 0;      // 1 - sum(busy) / (P * makespan): waiting plus tail idleness
   double wait_fraction = 0;      // sum(wait) / (P * makespan)
   std::vector<CriticalStep> critical_path; // from time 0 to the makespan, in time order
@@ -66,6 +82,7 @@ struct SimResult {
 
 struct SimOptions {
   bool record_spans = false;
+  bool critical_path = true; // false saves the per-span memory when only the makespan is wanted
 };
 
 // Simulates the whole problem (all units) on `num_ctas` CTAs.

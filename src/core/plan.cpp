@@ -49,17 +49,29 @@ void finish_validation(Plan& plan, int32_t num_ctas) {
 }
 
 // The problem `auto` simulates: the real sequence shape, mask, head dim and GQA group, with one sequence
-// and just enough units for about two tickets per CTA. It depends on the shape and P only, so `auto`
-// chooses the same planner for a sequence whatever batch or head count it arrives with.
-Problem canonical_problem(const Problem& real, GqaMode mode, int32_t items_per_unit, int32_t num_ctas) {
+// and enough units that their KV tiles fill P many times over, so that the steady state, not the start-up
+// or the last partial round, decides. It depends on the shape and P only, and is the same problem for
+// every candidate, so `auto` chooses the same planner for a sequence whatever batch or head count it
+// arrives with.
+Problem canonical_problem(const Problem& real, GqaMode mode, const TileGrid& grid, int32_t num_ctas) {
+  constexpr int64_t kWantedFills = 16;         // KV tiles per CTA in the canonical problem
+  constexpr int64_t kMinFills = 2;
+  constexpr int64_t kVisitBudget = int64_t(1) << 19; // keeps auto under about a second of simulation
+  const int64_t kv_tiles = std::max(1, grid.num_kv_tiles());
+  int64_t visits_per_unit = 0;
+  for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv) visits_per_unit += int64_t(grid.q_tiles_seen_by(kv).size());
+  visits_per_unit = std::max<int64_t>(1, visits_per_unit * (mode == GqaMode::PackGroup ? real.group_size() : 1));
+  const auto units_for = [&](int64_t fills) { return (fills * num_ctas + kv_tiles - 1) / kv_tiles; };
+  int64_t units = std::min(units_for(kWantedFills), std::max<int64_t>(1, kVisitBudget / visits_per_unit));
+  units = std::max({units, units_for(kMinFills), int64_t(1)});
+
   Problem p = real;
   p.batch = 1;
   const int32_t group = real.group_size();
-  const int32_t units = std::max<int32_t>(1, (2 * num_ctas + items_per_unit - 1) / std::max(1, items_per_unit));
   if (mode == GqaMode::PackGroup) {
-    p.heads_kv = units;
+    p.heads_kv = int32_t(units);
   } else {
-    p.heads_kv = (units + group - 1) / group;
+    p.heads_kv = int32_t((units + group - 1) / group);
   }
   p.heads_q = p.heads_kv * group;
   return p;
@@ -81,12 +93,12 @@ Plan choose_automatically(const PlanRequest& req, TileShape tiles) {
     }
     Plan simulated = candidate;
     if (canonical) {
-      const Problem p = canonical_problem(req.problem, req.gqa_mode, candidate.header.items_per_unit, req.num_ctas);
+      const Problem p = canonical_problem(req.problem, req.gqa_mode, TileGrid(req.problem, tiles), req.num_ctas);
       simulated = build_unvalidated(p, planner, tiles, req.gqa_mode, req.num_ctas);
     }
     simulated.header.flags |= report.waits_only_backward ? DASH_PLAN_WAITS_ONLY_BACKWARD : 0;
     const CostModel cost = req.cost ? *req.cost : CostModel::for_problem(req.problem, tiles);
-    const SimResult sim = simulate(simulated, req.num_ctas, cost);
+    const SimResult sim = simulate(simulated, req.num_ctas, cost, SimOptions{.record_spans = false, .critical_path = false});
     if (sim.deadlocked) { // cannot happen for a validated plan; refuse rather than trust it
       note << "; " << planner_name(planner) << " skipped (simulation deadlocked: " << sim.deadlock_detail << ")";
       continue;
