@@ -78,11 +78,10 @@ class TileGrid {
   std::vector<int32_t> q_tiles_seen_by(int32_t kv_tile) const;
   // Unmasked (query, key) pairs over the whole sequence pair (one head): the FLOP-count basis.
   int64_t total_unmasked_pairs() const;
-
- private:
-  // Inclusive key range visible to query row i, clipped to [0, sk); empty when first > last.
+  // Inclusive key range visible to query row `row`, clipped to [0, seqlen_k); empty when first > last.
   void visible_keys(int64_t row, int64_t& first, int64_t& last) const;
 
+ private:
   Problem problem_;
   TileShape tiles_;
   int32_t num_q_tiles_ = 0;

@@ -63,7 +63,8 @@ Problem canonical_problem(const Problem& real, GqaMode mode, const TileGrid& gri
   visits_per_unit = std::max<int64_t>(1, visits_per_unit * (mode == GqaMode::PackGroup ? real.group_size() : 1));
   const auto units_for = [&](int64_t fills) { return (fills * num_ctas + kv_tiles - 1) / kv_tiles; };
   int64_t units = std::min(units_for(kWantedFills), std::max<int64_t>(1, kVisitBudget / visits_per_unit));
-  units = std::max({units, units_for(kMinFills), int64_t(1)});
+  // At least a couple of fills, unless P is so large that even that would take seconds to simulate.
+  units = std::max({units, std::min(units_for(kMinFills), 4 * kVisitBudget / visits_per_unit), int64_t(1)});
 
   Problem p = real;
   p.batch = 1;

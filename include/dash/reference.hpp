@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+// dash/reference.hpp — the CPU backend: attention forward and a backward that follows a plan's visit and
+// accumulation orders, in fp32 with the same order semantics as the kernels. It lets the order semantics be
+// tested without a GPU (its bits are not expected to equal the GPU's), and serves as the oracle for the GPU
+// tests. Slow by design: plain loops, no threads.
+#pragma once
+
+#include <cstdint>
+
+#include "dash/plan.hpp"
+
+namespace dash::reference {
+
+// A host (batch, seqlen, heads, head_dim) tensor of floats; strides in elements, head_dim contiguous.
+struct Tensor {
+  float* data = nullptr;
+  int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
+  float* at(int64_t b, int64_t s, int64_t h) const { return data + b * batch_stride + s * seq_stride + h * head_stride; }
+};
+
+// A dense (batch, seqlen, heads, head_dim) tensor for `rows` positions and `heads` heads.
+inline Tensor dense(float* data, int64_t seqlen, int64_t heads, int64_t head_dim) {
+  return {data, seqlen * heads * head_dim, heads * head_dim, head_dim};
+}
+
+// O = softmax(Q K^T * scale, masked) V; LSE (natural log) in [batch, heads_q, seqlen_q]. A row that sees no
+// key gets O = 0 and LSE = -inf.
+void forward(const Problem& problem, float softmax_scale, const Tensor& q, const Tensor& k, const Tensor& v,
+             const Tensor& o, float* lse);
+
+// dQ, dK, dV for the plan's problem. dQ tiles are summed in each accumulator's dq_rank order, dK/dV in each
+// segment's visit order and, for SPLIT_HEADS GQA, across the group in group_head_by_rank order: the orders
+// the kernels promise. All arithmetic in fp32.
+void backward(const Plan& plan, float softmax_scale, const Tensor& q, const Tensor& k, const Tensor& v,
+              const Tensor& o, const Tensor& d_o, const float* lse, const Tensor& dq, const Tensor& dk,
+              const Tensor& dv);
+
+} // namespace dash::reference
