@@ -1,0 +1,136 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ctypes face of the C ABI (include/dash/dash_attn.h).
+
+The structs below mirror the C header; `_check_layout` compares every size with the library's own
+`dash_abi_struct_size`, so a header change that is not mirrored here fails at import, not in a kernel.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+
+DASH_OK = 0
+DASH_DTYPE_BF16, DASH_DTYPE_FP16, DASH_DTYPE_FP32 = 0, 1, 2
+DASH_MASK_FULL, DASH_MASK_CAUSAL, DASH_MASK_WINDOW = 0, 1, 2
+DASH_GQA_SPLIT_HEADS, DASH_GQA_PACK_GROUP = 0, 1
+
+
+class DashError(RuntimeError):
+    """A call into the dash-attn library failed; the message names the offending argument."""
+
+
+class Problem(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int32) for name in (
+        "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "mask_kind", "window_left",
+        "window_right", "reserved")]
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("batch_stride", ctypes.c_int64), ("seq_stride", ctypes.c_int64),
+                ("head_stride", ctypes.c_int64)]
+
+
+class FwdArgs(ctypes.Structure):
+    _fields_ = [("problem", Problem), ("dtype", ctypes.c_int), ("q", Tensor), ("k", Tensor), ("v", Tensor),
+                ("o", Tensor), ("lse", ctypes.c_void_p), ("softmax_scale", ctypes.c_float)]
+
+
+class BwdArgs(ctypes.Structure):
+    _fields_ = [("problem", Problem), ("dtype", ctypes.c_int), ("q", Tensor), ("k", Tensor), ("v", Tensor),
+                ("o", Tensor), ("dout", Tensor), ("lse", ctypes.c_void_p), ("dq", Tensor), ("dk", Tensor),
+                ("dv", Tensor), ("softmax_scale", ctypes.c_float), ("debug_order_log", ctypes.c_void_p)]
+
+
+def _candidates():
+    env = os.environ.get("DASH_ATTN_LIBRARY")
+    if env:
+        yield pathlib.Path(env)
+        return
+    here = pathlib.Path(__file__).resolve().parent
+    yield here / "libdash_attn.so"  # installed by `pip install .`
+    for build in ("build", "build-host"):  # a source checkout built with scripts/build.sh
+        yield here.parents[1] / build / "libdash_attn.so"
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        tried.append(str(path))
+        if path.exists():
+            lib = ctypes.CDLL(str(path))
+            _declare(lib)
+            _check_layout(lib)
+            return lib, path
+    raise ImportError("dash_attn: libdash_attn.so not found (tried " + ", ".join(tried) +
+                      "); build it with scripts/build.sh or install with `pip install .`, "
+                      "or point DASH_ATTN_LIBRARY at it")
+
+
+def _declare(lib):
+    c_int, c_size, vp = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p
+    sigs = {
+        "dash_last_error": (ctypes.c_char_p, []),
+        "dash_abi_struct_size": (c_size, [ctypes.c_char_p]),
+        "dash_plan_build_host": (c_int, [ctypes.POINTER(Problem), ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
+                                         ctypes.POINTER(vp), ctypes.POINTER(c_size)]),
+        "dash_plan_free_host": (None, [vp]),
+        "dash_cpu_fwd": (c_int, [ctypes.POINTER(FwdArgs)]),
+        "dash_cpu_bwd": (c_int, [ctypes.POINTER(BwdArgs), vp, c_size]),
+        "dash_cuda_available": (c_int, []),
+        "dash_fwd": (c_int, [ctypes.POINTER(FwdArgs), vp, c_size, vp]),
+        "dash_fwd_workspace_size": (c_size, [ctypes.POINTER(FwdArgs)]),
+        "dash_plan_create": (c_int, [ctypes.POINTER(Problem), ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
+                                     ctypes.POINTER(vp)]),
+        "dash_plan_destroy": (None, [vp]),
+        "dash_bwd_workspace_size": (c_size, [ctypes.POINTER(BwdArgs), vp]),
+        "dash_bwd": (c_int, [ctypes.POINTER(BwdArgs), vp, ctypes.c_int32, vp, c_size, vp]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+
+
+def _check_layout(lib):
+    for name, struct in (("dash_problem", Problem), ("dash_tensor", Tensor), ("dash_fwd_args", FwdArgs),
+                         ("dash_bwd_args", BwdArgs)):
+        theirs = lib.dash_abi_struct_size(name.encode())
+        if theirs != ctypes.sizeof(struct):
+            raise ImportError(f"dash_attn: {name} is {theirs} bytes in the library but {ctypes.sizeof(struct)} "
+                              "in dash_attn/_abi.py: the binding and the library are out of step")
+
+
+LIB, LIBRARY_PATH = _load()
+
+
+def check(status: int) -> None:
+    """Raises DashError with the library's message when `status` is not DASH_OK."""
+    if status != DASH_OK:
+        raise DashError(LIB.dash_last_error().decode())
+
+
+class HostPlan:
+    """A validated plan as the bytes of include/dash/plan_format.h (host memory, no GPU needed)."""
+
+    def __init__(self, problem: Problem, schedule: str, num_ctas: int, gqa_mode: int):
+        blob, size = ctypes.c_void_p(), ctypes.c_size_t()
+        check(LIB.dash_plan_build_host(ctypes.byref(problem), schedule.encode(), num_ctas, gqa_mode,
+                                       ctypes.byref(blob), ctypes.byref(size)))
+        try:
+            self.blob = ctypes.string_at(blob, size.value)
+        finally:
+            LIB.dash_plan_free_host(blob)
+
+
+class DevicePlan:
+    """A plan built on the host and copied to the current CUDA device once (dash_plan_create)."""
+
+    def __init__(self, problem: Problem, schedule: str, num_ctas: int, gqa_mode: int):
+        handle = ctypes.c_void_p()
+        check(LIB.dash_plan_create(ctypes.byref(problem), schedule.encode(), num_ctas, gqa_mode,
+                                   ctypes.byref(handle)))
+        self.handle = handle
+
+    def __del__(self):
+        if getattr(self, "handle", None) and LIB is not None:
+            LIB.dash_plan_destroy(self.handle)

@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: Apache-2.0
+"""torch.library custom ops `dash_attn::fwd` / `dash_attn::bwd`, their fake (meta) implementations and
+autograd. CUDA tensors run the sm_90a kernels; CPU tensors run the library's CPU backend (fp32, slow, and
+following the same plan orders as the GPU)."""
+from __future__ import annotations
+
+import ctypes
+import math
+
+import torch
+
+from . import _abi
+from ._abi import LIB, check
+
+SCHEDULES = ("auto", "auto-fastest", "ascending", "descending", "shift", "symmetric-shift")
+# Plans for CPU tensors are built for an H200's 132 SMs, so a CPU run follows the orders the GPU would use.
+CPU_PLAN_CTAS = 132
+
+_GPU_DTYPES = {torch.bfloat16: _abi.DASH_DTYPE_BF16, torch.float16: _abi.DASH_DTYPE_FP16}
+_CPU_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def validate(q, k, v, causal, softmax_scale, schedule):
+    """Raises TypeError / ValueError naming the offending argument."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"dash_attn: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"dash_attn: {name} must be 4-D (batch, seqlen, heads, head_dim), got shape {tuple(t.shape)}")
+        if t.numel() == 0:
+            raise ValueError(f"dash_attn: {name} is empty (shape {tuple(t.shape)})")
+        if t.stride(-1) != 1:
+            raise ValueError(f"dash_attn: {name} must have a contiguous last dimension (stride 1), got stride {t.stride(-1)}")
+        if t.device != q.device:
+            raise ValueError(f"dash_attn: {name} is on {t.device} but q is on {q.device}")
+        if t.dtype != q.dtype:
+            raise ValueError(f"dash_attn: {name} has dtype {t.dtype} but q has {q.dtype}")
+    if q.is_cuda:
+        if q.dtype not in _GPU_DTYPES:
+            raise ValueError(f"dash_attn: q dtype {q.dtype} is not supported on CUDA (use bfloat16 or float16)")
+    elif q.device.type == "cpu":
+        if q.dtype not in _CPU_DTYPES:
+            raise ValueError(f"dash_attn: q dtype {q.dtype} is not supported on CPU (float32, bfloat16, float16)")
+    else:
+        raise ValueError(f"dash_attn: device {q.device} is not supported (cuda or cpu)")
+    b, sq, hq, d = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"dash_attn: k shape {tuple(k.shape)} and v shape {tuple(v.shape)} differ")
+    if k.shape[0] != b:
+        raise ValueError(f"dash_attn: k batch {k.shape[0]} != q batch {b}")
+    if k.shape[3] != d:
+        raise ValueError(f"dash_attn: k head_dim {k.shape[3]} != q head_dim {d}")
+    if hq % k.shape[2] != 0:
+        raise ValueError(f"dash_attn: q heads ({hq}) must be a multiple of k heads ({k.shape[2]})")
+    if q.is_cuda and d not in supported_head_dims():
+        raise ValueError(f"dash_attn: head_dim {d} is not supported on CUDA (supported: {supported_head_dims()})")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"dash_attn: schedule {schedule!r} is unknown (expected one of {', '.join(SCHEDULES)})")
+    if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale > 0):
+        raise ValueError(f"dash_attn: softmax_scale must be finite and > 0, got {softmax_scale}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"dash_attn: causal must be a bool, got {type(causal).__name__}")
+
+
+def supported_head_dims():
+    if not LIB.dash_cuda_available():
+        return ()
+    LIB.dash_fwd_supported_head_dims.restype = ctypes.POINTER(ctypes.c_int32)
+    dims, ptr = [], LIB.dash_fwd_supported_head_dims()
+    while ptr[len(dims)] != 0:
+        dims.append(int(ptr[len(dims)]))
+    return tuple(dims)
+
+
+def _problem(q, k, causal) -> _abi.Problem:
+    b, sq, hq, d = q.shape
+    return _abi.Problem(batch=b, heads_q=hq, heads_kv=k.shape[2], seqlen_q=sq, seqlen_k=k.shape[1], head_dim=d,
+                        mask_kind=_abi.DASH_MASK_CAUSAL if causal else _abi.DASH_MASK_FULL, window_left=-1,
+                        window_right=-1, reserved=0)
+
+
+def _tensor(t) -> _abi.Tensor:
+    return _abi.Tensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
+
+
+_device_plans: dict = {}
+
+
+def _device_plan(problem: _abi.Problem, schedule: str, device: torch.device) -> _abi.DevicePlan:
+    key = (tuple(getattr(problem, f) for f, _ in _abi.Problem._fields_), schedule, device.index)
+    plan = _device_plans.get(key)
+    if plan is None:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("dash_attn: no plan for this shape yet, and plans cannot be built during CUDA-graph "
+                               "capture (they copy to the device); run the step once eagerly before capturing")
+        with torch.cuda.device(device):
+            plan = _abi.DevicePlan(problem, schedule, 0, _abi.DASH_GQA_SPLIT_HEADS)
+        _device_plans[key] = plan
+    return plan
+
+
+@torch.library.custom_op("dash_attn::fwd", mutates_args=())
+def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: float,
+        deterministic: bool, schedule: str) -> tuple[torch.Tensor, torch.Tensor]:
+    # deterministic / schedule are carried for the backward (autograd saves them from here).
+    problem = _problem(q, k, causal)
+    b, sq, hq, _ = q.shape
+    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
+    if q.is_cuda:
+        o = torch.empty_like(q, memory_format=torch.contiguous_format)
+        args = _abi.FwdArgs(problem=problem, dtype=_GPU_DTYPES[q.dtype], q=_tensor(q), k=_tensor(k), v=_tensor(v),
+                            o=_tensor(o), lse=lse.data_ptr(), softmax_scale=softmax_scale)
+        check(LIB.dash_fwd(ctypes.byref(args), None, 0, torch.cuda.current_stream(q.device).cuda_stream))
+        return o, lse
+    q32, k32, v32 = (t.float().contiguous() for t in (q, k, v))
+    o32 = torch.empty_like(q32)
+    args = _abi.FwdArgs(problem=problem, dtype=_abi.DASH_DTYPE_FP32, q=_tensor(q32), k=_tensor(k32), v=_tensor(v32),
+                        o=_tensor(o32), lse=lse.data_ptr(), softmax_scale=softmax_scale)
+    check(LIB.dash_cpu_fwd(ctypes.byref(args)))
+    return o32.to(q.dtype), lse
+
+
+@fwd.register_fake
+def _(q, k, v, causal, softmax_scale, deterministic, schedule):
+    b, sq, hq, _ = q.shape
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((b, hq, sq), dtype=torch.float32)
+
+
+@torch.library.custom_op("dash_attn::bwd", mutates_args=())
+def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+        causal: bool, softmax_scale: float, deterministic: bool,
+        schedule: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    problem = _problem(q, k, causal)
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    if q.is_cuda:
+        plan = _device_plan(problem, schedule, q.device)
+        dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+        args = _abi.BwdArgs(problem=problem, dtype=_GPU_DTYPES[q.dtype], q=_tensor(q), k=_tensor(k), v=_tensor(v),
+                            o=_tensor(o), dout=_tensor(dout), lse=lse.data_ptr(), dq=_tensor(dq), dk=_tensor(dk),
+                            dv=_tensor(dv), softmax_scale=softmax_scale, debug_order_log=None)
+        nbytes = LIB.dash_bwd_workspace_size(ctypes.byref(args), plan.handle)
+        if nbytes == 0:
+            check(1)
+        workspace = torch.empty(nbytes + 256, dtype=torch.uint8, device=q.device)
+        base = workspace.data_ptr()
+        aligned = (base + 255) // 256 * 256  # the kernels want 256-byte aligned workspace
+        check(LIB.dash_bwd(ctypes.byref(args), plan.handle, int(deterministic), aligned, nbytes,
+                           torch.cuda.current_stream(q.device).cuda_stream))
+        return dq, dk, dv
+    plan = _abi.HostPlan(problem, schedule, CPU_PLAN_CTAS, _abi.DASH_GQA_SPLIT_HEADS)
+    q32, k32, v32, o32, do32 = (t.float().contiguous() for t in (q, k, v, o, dout))
+    dq, dk, dv = (torch.empty_like(t) for t in (q32, k32, v32))
+    lse = lse.contiguous()
+    args = _abi.BwdArgs(problem=problem, dtype=_abi.DASH_DTYPE_FP32, q=_tensor(q32), k=_tensor(k32), v=_tensor(v32),
+                        o=_tensor(o32), dout=_tensor(do32), lse=lse.data_ptr(), dq=_tensor(dq), dk=_tensor(dk),
+                        dv=_tensor(dv), softmax_scale=softmax_scale, debug_order_log=None)
+    check(LIB.dash_cpu_bwd(ctypes.byref(args), plan.blob, len(plan.blob)))
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+@bwd.register_fake
+def _(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, softmax_scale, deterministic, schedule = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.softmax_scale, ctx.deterministic, ctx.schedule = causal, softmax_scale, deterministic, schedule
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = bwd(dout, q, k, v, o, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic, ctx.schedule)
+    return dq, dk, dv, None, None, None, None
+
+
+fwd.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+// The host half of the C ABI (dash/dash_attn.h): plans as host blobs, the CPU backend, and the struct sizes
+// bindings check their mirrors against. Needs no GPU and no CUDA toolkit.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "dash/dash_attn.h"
+#include "dash/plan.hpp"
+#include "dash/reference.hpp"
+#include "api_error.h"
+
+namespace {
+
+using dash::cuda::set_last_error;
+
+dash_status invalid(const std::string& message) {
+  set_last_error(message);
+  return DASH_ERROR_INVALID_ARGUMENT;
+}
+
+// Runs `body`, turning the planner's dash::Error (which names the argument) into a status.
+template <typename Body>
+dash_status guarded(Body&& body) {
+  set_last_error("");
+  try {
+    return body();
+  } catch (const dash::Error& e) {
+    return invalid(e.what());
+  } catch (const std::exception& e) {
+    return invalid(std::string("internal error: ") + e.what());
+  }
+}
+
+dash::Plan plan_from_blob(const void* blob, size_t bytes) {
+  if (blob == nullptr) throw dash::Error("plan", "is NULL");
+  return dash::Plan::from_blob(static_cast<const uint8_t*>(blob), bytes);
+}
+
+dash::reference::Tensor host_tensor(const dash_tensor& t, const char* name) {
+  if (t.data == nullptr) throw dash::Error(name, "data is NULL");
+  if (t.batch_stride < 0 || t.seq_stride < 0 || t.head_stride < 0)
+    throw dash::Error(name, "strides must be non-negative");
+  return {static_cast<float*>(t.data), t.batch_stride, t.seq_stride, t.head_stride};
+}
+
+void require_fp32(dash_dtype dtype) {
+  if (dtype != DASH_DTYPE_FP32)
+    throw dash::Error("dtype", "the CPU backend takes DASH_DTYPE_FP32 host tensors (convert bf16/fp16 first)");
+}
+
+float resolve_scale(float scale, int32_t head_dim) {
+  if (scale == 0.f) return 1.f / std::sqrt(float(head_dim));
+  if (!std::isfinite(scale) || scale < 0.f) throw dash::Error("softmax_scale", "must be finite and > 0 (or 0 for 1/sqrt(head_dim))");
+  return scale;
+}
+
+} // namespace
+
+extern "C" {
+
+dash_status dash_plan_build_host(const dash_problem* problem, const char* schedule, int32_t num_ctas,
+                                 int32_t gqa_mode, void** blob, size_t* bytes) {
+  return guarded([&] {
+    if (problem == nullptr) throw dash::Error("problem", "is NULL");
+    if (schedule == nullptr) throw dash::Error("schedule", "is NULL");
+    if (blob == nullptr || bytes == nullptr) throw dash::Error("blob", "output pointers are NULL");
+    if (num_ctas < 1) throw dash::Error("num_ctas", "must be >= 1 for a host plan (0 means 'the device's SMs' only in dash_plan_create)");
+    if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP) throw dash::Error("gqa_mode", "unknown mode");
+    dash::PlanRequest req{dash::Problem::from_c(*problem), dash::Schedule::parse(schedule), num_ctas, {},
+                          static_cast<dash::GqaMode>(gqa_mode), nullptr};
+    const std::vector<uint8_t> out = dash::build_plan(req).to_blob();
+    void* copy = std::malloc(out.size());
+    if (copy == nullptr) throw dash::Error("blob", "out of host memory");
+    std::memcpy(copy, out.data(), out.size());
+    *blob = copy;
+    *bytes = out.size();
+    return DASH_OK;
+  });
+}
+
+void dash_plan_free_host(void* blob) { std::free(blob); }
+
+dash_status dash_cpu_fwd(const dash_fwd_args* args) {
+  return guarded([&] {
+    if (args == nullptr) throw dash::Error("args", "is NULL");
+    require_fp32(args->dtype);
+    const dash::Problem p = dash::Problem::from_c(args->problem);
+    p.validate();
+    if (args->lse == nullptr) throw dash::Error("lse", "is NULL");
+    dash::reference::forward(p, resolve_scale(args->softmax_scale, p.head_dim), host_tensor(args->q, "q"),
+                             host_tensor(args->k, "k"), host_tensor(args->v, "v"), host_tensor(args->o, "o"), args->lse);
+    return DASH_OK;
+  });
+}
+
+dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_t plan_bytes) {
+  return guarded([&] {
+    if (args == nullptr) throw dash::Error("args", "is NULL");
+    require_fp32(args->dtype);
+    const dash::Plan plan = plan_from_blob(plan_blob, plan_bytes);
+    const dash::ValidationReport report = dash::validate_plan(plan, std::max(1, plan.header.num_ctas));
+    if (!report.ok) throw dash::Error("plan", "invalid: " + report.reason);
+    if (std::memcmp(&plan.header.problem, &args->problem, sizeof(dash_problem)) != 0)
+      throw dash::Error("problem", "differs from the plan's problem (" + plan.problem().describe() + ")");
+    if (args->lse == nullptr) throw dash::Error("lse", "is NULL");
+    if (args->debug_order_log != nullptr) throw dash::Error("debug_order_log", "is GPU-only; pass NULL");
+    dash::reference::backward(plan, resolve_scale(args->softmax_scale, args->problem.head_dim),
+                              host_tensor(args->q, "q"), host_tensor(args->k, "k"), host_tensor(args->v, "v"),
+                              host_tensor(args->o, "o"), host_tensor(args->dout, "dout"), args->lse,
+                              host_tensor(args->dq, "dq"), host_tensor(args->dk, "dk"), host_tensor(args->dv, "dv"));
+    return DASH_OK;
+  });
+}
+
+size_t dash_abi_struct_size(const char* name) {
+  if (name == nullptr) return 0;
+  const std::string n(name);
+  if (n == "dash_problem") return sizeof(dash_problem);
+  if (n == "dash_tensor") return sizeof(dash_tensor);
+  if (n == "dash_fwd_args") return sizeof(dash_fwd_args);
+  if (n == "dash_bwd_args") return sizeof(dash_bwd_args);
+  if (n == "dash_plan_header") return sizeof(dash_plan_header);
+  return 0;
+}
+
+} // extern "C"
