@@ -15,7 +15,7 @@
 
 namespace {
 
-using dash::cuda::set_last_error;
+using dash::capi::set_last_error;
 
 dash_status invalid(const std::string& message) {
   set_last_error(message);

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+// The GPU half of the C ABI in a build without nvcc: every GPU entry point says so instead of pretending.
+// (A CUDA build compiles src/cuda/ in its place.)
+#include <string>
+
+#include "dash/dash_attn.h"
+#include "api_error.h"
+
+namespace {
+dash_status no_kernels(const char* call) {
+  dash::capi::set_last_error(std::string(call) + ": this library was built without CUDA kernels (nvcc was not "
+                             "found at build time); use the CPU backend (dash_cpu_fwd / dash_cpu_bwd)");
+  return DASH_ERROR_UNSUPPORTED;
+}
+constexpr int32_t kNoHeadDims[] = {0};
+} // namespace
+
+extern "C" {
+int dash_cuda_available(void) { return 0; }
+const int32_t* dash_fwd_supported_head_dims(void) { return kNoHeadDims; }
+size_t dash_fwd_workspace_size(const dash_fwd_args*) { return 0; }
+dash_status dash_fwd(const dash_fwd_args*, void*, size_t, void*) { return no_kernels("dash_fwd"); }
+dash_status dash_plan_create(const dash_problem*, const char*, int32_t, int32_t, dash_plan_t*) {
+  return no_kernels("dash_plan_create");
+}
+void dash_plan_destroy(dash_plan_t) {}
+dash_status dash_plan_blob(dash_plan_t, const void**, size_t*) { return no_kernels("dash_plan_blob"); }
+size_t dash_bwd_workspace_size(const dash_bwd_args*, dash_plan_t) {
+  no_kernels("dash_bwd_workspace_size");
+  return 0;
+}
+dash_status dash_bwd(const dash_bwd_args*, dash_plan_t, int32_t, void*, size_t, void*) { return no_kernels("dash_bwd"); }
+} // extern "C"
