@@ -116,6 +116,14 @@ dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_
   });
 }
 
+int dash_cuda_available(void) {
+#ifdef DASH_HAVE_CUDA_KERNELS
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 size_t dash_abi_struct_size(const char* name) {
   if (name == nullptr) return 0;
   const std::string n(name);

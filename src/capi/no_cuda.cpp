@@ -16,7 +16,6 @@ constexpr int32_t kNoHeadDims[] = {0};
 } // namespace
 
 extern "C" {
-int dash_cuda_available(void) { return 0; }
 const int32_t* dash_fwd_supported_head_dims(void) { return kNoHeadDims; }
 size_t dash_fwd_workspace_size(const dash_fwd_args*) { return 0; }
 dash_status dash_fwd(const dash_fwd_args*, void*, size_t, void*) { return no_kernels("dash_fwd"); }

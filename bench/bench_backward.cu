@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: Apache-2.0
+// bench_backward.cu — dash-bench-bwd: times the plan-executing attention backward (through the C ABI) on the
+// grid of the benchmark protocol, every schedule plus the non-deterministic mode in the same process, and
+// writes one JSON line per (config, mode, schedule), plus a table on stdout.
+//
+//   dash-bench-bwd --out backward.jsonl --commit abc1234 [--warmup 3] [--iters 10] [--only-hdim 64|128]
+//                  [--quick] [--busy-ms N]
+//
+// Per configuration: random normal inputs on the device (never zeros), O and LSE from dash_fwd (so P is the
+// real softmax); `warmup` untimed calls, then `iters` calls each bracketed by its own CUDA events; median,
+// min, max. FLOPs = 2.5 * 4 * B * H * Sq * Sk * D, halved for causal with Sq == Sk. Bitwise: the gradients of
+// 3 further runs are hashed and compared. Each row also carries the simulator's makespan for the same plan
+// (dash::simulate with CostModel::for_problem) so the ranking can be calibrated.
+// --busy-ms N: one extra experiment: a kernel that occupies every SM spins for N ms on a second stream while
+// the backward is launched; reports the backward's time and whether its bits match the undisturbed run.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "dash/dash_attn.h"
+#include "dash/plan.hpp"
+#include "dash/simulator.hpp"
+
+namespace {
+
+#define CUDA_CHECK(expr)                                                                                 \
+  do {                                                                                                   \
+    cudaError_t const status_ = (expr);                                                                  \
+    if (status_ != cudaSuccess) {                                                                        \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(status_));   \
+      std::exit(2);                                                                                      \
+    }                                                                                                    \
+  } while (0)
+
+__global__ void fill_normal(uint16_t* out, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    x ^= x >> 31; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 29; x *= 0x94D049BB133111EBull; x ^= x >> 32;
+    float const u1 = (float(uint32_t(x)) + 1.f) * 2.3283064e-10f;
+    float const u2 = float(uint32_t(x >> 32)) * 2.3283064e-10f;
+    out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(sqrtf(-2.f * logf(u1)) * cospif(2.f * u2)));
+  }
+}
+
+// Occupies one SM per block (large shared memory) and spins for `cycles` clock cycles.
+__global__ void spin_kernel(long long cycles) {
+  extern __shared__ unsigned char hog[];
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+  if (threadIdx.x == 0) hog[0] = 1;
+}
+
+// Order-independent 64-bit fingerprint of a buffer (integer sums commute, so the atomics are deterministic):
+// equal bits give equal fingerprints; a differing element changes it with overwhelming probability.
+__global__ void fingerprint_kernel(const uint64_t* words, size_t n, unsigned long long* out) {
+  unsigned long long acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t x = words[i] ^ (i * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 29;
+    acc += x;
+  }
+  atomicAdd(out, acc);
+}
+
+uint64_t hash_device(const void* data, size_t bytes) {
+  static unsigned long long* d_out = nullptr;
+  if (!d_out) CUDA_CHECK(cudaMalloc(&d_out, sizeof(unsigned long long)));
+  CUDA_CHECK(cudaMemset(d_out, 0, sizeof(unsigned long long)));
+  fingerprint_kernel<<<1024, 256>>>(static_cast<const uint64_t*>(data), bytes / 8, d_out);
+  unsigned long long h = 0;
+  CUDA_CHECK(cudaMemcpy(&h, d_out, sizeof h, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+struct Config {
+  int batch, heads_q, heads_kv, seqlen, head_dim;
+  bool causal;
+};
+
+struct Buffers {
+  uint16_t *q, *k, *v, *o, *dout, *dq, *dk, *dv;
+  float* lse;
+  size_t nq, nk;
+};
+
+dash_tensor tensor(void* p, int seqlen, int heads, int dim) {
+  return dash_tensor{p, int64_t(seqlen) * heads * dim, int64_t(heads) * dim, int64_t(dim)};
+}
+
+double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path = "backward.jsonl", commit = "unknown";
+  int warmup = 3, iters = 10, only_hdim = 0, busy_ms = 0;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
+    if (a == "--out") out_path = next();
+    else if (a == "--commit") commit = next();
+    else if (a == "--warmup") warmup = std::atoi(next().c_str());
+    else if (a == "--iters") iters = std::atoi(next().c_str());
+    else if (a == "--only-hdim") only_hdim = std::atoi(next().c_str());
+    else if (a == "--busy-ms") busy_ms = std::atoi(next().c_str());
+    else if (a == "--quick") quick = true;
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  FILE* out = std::fopen(out_path.c_str(), "w");
+  if (!out) {
+    std::perror(out_path.c_str());
+    return 2;
+  }
+  int device = 0, sms = 0, runtime = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  sms = prop.multiProcessorCount;
+  cudaRuntimeGetVersion(&runtime);
+
+  std::vector<Config> configs;
+  const std::vector<std::pair<int, int>> shapes =
+      quick ? std::vector<std::pair<int, int>>{{4, 4096}, {1, 16384}}
+            : std::vector<std::pair<int, int>>{{32, 512}, {16, 1024}, {8, 2048}, {4, 4096}, {2, 8192}, {1, 16384}};
+  for (int hd : {64, 128}) {
+    if (only_hdim && hd != only_hdim) continue;
+    for (bool causal : {false, true})
+      for (auto [b, s] : shapes) configs.push_back({b, hd == 128 ? 16 : 32, hd == 128 ? 16 : 32, s, hd, causal});
+  }
+  if (!only_hdim || only_hdim == 128) {
+    configs.push_back({4, 32, 8, 4096, 128, true});  // GQA (Llama-3-8B attention)
+    configs.push_back({2, 32, 8, 8192, 128, true});
+  }
+  const std::vector<const char*> schedules = {"ascending", "descending", "shift", "symmetric-shift", "auto"};
+
+  std::printf("%-34s %-8s %-16s %9s %9s %9s %8s %6s %10s\n", "config", "mode", "schedule", "median_ms", "min_ms",
+              "max_ms", "TFLOP/s", "bitwise", "sim_us");
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+
+  for (const Config& c : configs) {
+    Buffers bf{};
+    bf.nq = size_t(c.batch) * c.seqlen * c.heads_q * c.head_dim;
+    bf.nk = size_t(c.batch) * c.seqlen * c.heads_kv * c.head_dim;
+    for (auto [ptr, n] : {std::pair{&bf.q, bf.nq}, {&bf.k, bf.nk}, {&bf.v, bf.nk}, {&bf.o, bf.nq}, {&bf.dout, bf.nq},
+                          {&bf.dq, bf.nq}, {&bf.dk, bf.nk}, {&bf.dv, bf.nk}})
+      CUDA_CHECK(cudaMalloc(ptr, n * 2));
+    CUDA_CHECK(cudaMalloc(&bf.lse, size_t(c.batch) * c.heads_q * c.seqlen * 4));
+    fill_normal<<<1024, 256>>>(bf.q, bf.nq, 1);
+    fill_normal<<<1024, 256>>>(bf.k, bf.nk, 2);
+    fill_normal<<<1024, 256>>>(bf.v, bf.nk, 3);
+    fill_normal<<<1024, 256>>>(bf.dout, bf.nq, 4);
+    dash_problem p{};
+    p.batch = c.batch;
+    p.heads_q = c.heads_q;
+    p.heads_kv = c.heads_kv;
+    p.seqlen_q = p.seqlen_k = c.seqlen;
+    p.head_dim = c.head_dim;
+    p.mask_kind = c.causal ? DASH_MASK_CAUSAL : DASH_MASK_FULL;
+    p.window_left = p.window_right = -1;
+
+    dash_fwd_args fa{};
+    fa.problem = p;
+    fa.dtype = DASH_DTYPE_BF16;
+    fa.q = tensor(bf.q, c.seqlen, c.heads_q, c.head_dim);
+    fa.k = tensor(bf.k, c.seqlen, c.heads_kv, c.head_dim);
+    fa.v = tensor(bf.v, c.seqlen, c.heads_kv, c.head_dim);
+    fa.o = tensor(bf.o, c.seqlen, c.heads_q, c.head_dim);
+    fa.lse = bf.lse;
+    if (dash_fwd(&fa, nullptr, 0, stream) != DASH_OK) {
+      std::fprintf(stderr, "dash_fwd failed (%s): skipping config\n", dash_last_error());
+      continue;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    dash_bwd_args a{};
+    a.problem = p;
+    a.dtype = DASH_DTYPE_BF16;
+    a.q = fa.q;
+    a.k = fa.k;
+    a.v = fa.v;
+    a.o = fa.o;
+    a.dout = tensor(bf.dout, c.seqlen, c.heads_q, c.head_dim);
+    a.lse = bf.lse;
+    a.dq = tensor(bf.dq, c.seqlen, c.heads_q, c.head_dim);
+    a.dk = tensor(bf.dk, c.seqlen, c.heads_kv, c.head_dim);
+    a.dv = tensor(bf.dv, c.seqlen, c.heads_kv, c.head_dim);
+    const double flops = 2.5 * 4.0 * c.batch * c.heads_q * double(c.seqlen) * c.seqlen * c.head_dim *
+                         (c.causal ? 0.5 : 1.0);
+    char config_name[128];
+    std::snprintf(config_name, sizeof config_name, "b%d_s%d_hq%d_hkv%d_d%d_%s", c.batch, c.seqlen, c.heads_q,
+                  c.heads_kv, c.head_dim, c.causal ? "causal" : "full");
+
+    // Non-deterministic first (with the auto plan), then every schedule deterministic.
+    std::vector<std::pair<const char*, int>> modes = {{"auto", 0}};
+    for (const char* s : schedules) modes.push_back({s, 1});
+    for (auto [schedule, det] : modes) {
+      dash_plan_t plan = nullptr;
+      if (dash_plan_create(&p, schedule, 0, DASH_GQA_SPLIT_HEADS, &plan) != DASH_OK) {
+        std::printf("%-34s %-8s %-16s plan refused: %s\n", config_name, det ? "det" : "nondet", schedule,
+                    dash_last_error());
+        continue;
+      }
+      const size_t ws_bytes = dash_bwd_workspace_size(&a, plan);
+      void* ws = nullptr;
+      CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+      bool ok = true;
+      for (int i = 0; i < warmup && ok; ++i) ok = dash_bwd(&a, plan, det, ws, ws_bytes, stream) == DASH_OK;
+      if (!ok) {
+        std::printf("%-34s %-8s %-16s dash_bwd failed: %s\n", config_name, det ? "det" : "nondet", schedule,
+                    dash_last_error());
+        dash_plan_destroy(plan);
+        cudaFree(ws);
+        continue;
+      }
+      std::vector<float> times;
+      for (int i = 0; i < iters; ++i) {
+        CUDA_CHECK(cudaEventRecord(e0, stream));
+        dash_bwd(&a, plan, det, ws, ws_bytes, stream);
+        CUDA_CHECK(cudaEventRecord(e1, stream));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        times.push_back(ms);
+      }
+      CUDA_CHECK(cudaGetLastError());
+      // Bitwise across 3 more runs.
+      uint64_t first = 0;
+      bool bitwise = true;
+      for (int r = 0; r < 3; ++r) {
+        dash_bwd(&a, plan, det, ws, ws_bytes, stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const uint64_t h = hash_device(bf.dq, bf.nq * 2) ^ (hash_device(bf.dk, bf.nk * 2) * 3) ^
+                           (hash_device(bf.dv, bf.nk * 2) * 7);
+        if (r == 0) first = h;
+        else bitwise &= (h == first);
+      }
+      // Simulated makespan of the same plan.
+      double sim_us = -1;
+      {
+        const void* data = nullptr;
+        size_t bytes = 0;
+        dash_plan_blob(plan, &data, &bytes);
+        const dash::Plan hp = dash::Plan::from_blob(static_cast<const uint8_t*>(data), bytes);
+        dash::SimOptions so;
+        so.critical_path = false;
+        const dash::CostModel cm = dash::CostModel::for_problem(hp.problem(), {hp.header.block_m, hp.header.block_n});
+        sim_us = dash::simulate(hp, hp.header.num_ctas, cm, so).makespan;
+      }
+      const double med = median(times);
+      const double mn = *std::min_element(times.begin(), times.end());
+      const double mx = *std::max_element(times.begin(), times.end());
+      const double tflops = flops / (med * 1e-3) / 1e12;
+      std::printf("%-34s %-8s %-16s %9.3f %9.3f %9.3f %8.1f %6s %10.1f\n", config_name, det ? "det" : "nondet",
+                  schedule, med, mn, mx, tflops, bitwise ? "yes" : "NO", sim_us);
+      std::fprintf(out,
+                   "{\"commit\":\"%s\",\"gpu\":\"%s\",\"sms\":%d,\"cuda_runtime\":%d,\"op\":\"backward\",\"config\":\"%s\","
+                   "\"batch\":%d,\"seqlen\":%d,\"heads_q\":%d,\"heads_kv\":%d,\"head_dim\":%d,\"mask\":\"%s\",\"dtype\":\"bf16\","
+                   "\"mode\":\"%s\",\"schedule\":\"%s\",\"median_ms\":%.4f,\"min_ms\":%.4f,\"max_ms\":%.4f,\"tflops\":%.2f,"
+                   "\"bitwise_identical_3_runs\":%s,\"simulated_makespan_us\":%.1f,\"iters\":%d,\"warmup\":%d}\n",
+                   commit.c_str(), prop.name, sms, runtime, config_name, c.batch, c.seqlen, c.heads_q, c.heads_kv,
+                   c.head_dim, c.causal ? "causal" : "full", det ? "deterministic" : "nondeterministic", schedule, med,
+                   mn, mx, tflops, bitwise ? "true" : "false", sim_us, iters, warmup);
+      std::fflush(out);
+      std::fflush(stdout);
+
+      // Busy-SM experiment on the first hdim-128 causal config, auto schedule, deterministic.
+      if (busy_ms > 0 && det && std::string(schedule) == "auto" && c.head_dim == 128 && c.causal) {
+        const uint64_t ref = hash_device(bf.dq, bf.nq * 2);
+        cudaStream_t other;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+        const int hog_smem = 200 * 1024;
+        CUDA_CHECK(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, hog_smem));
+        int clock_khz = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
+        const long long cycles = (long long)busy_ms * clock_khz;  // kHz = cycles per ms
+        spin_kernel<<<sms, 32, hog_smem, other>>>(cycles);
+        CUDA_CHECK(cudaEventRecord(e0, stream));
+        dash_bwd(&a, plan, 1, ws, ws_bytes, stream);
+        CUDA_CHECK(cudaEventRecord(e1, stream));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaStreamSynchronize(other));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        const bool same = hash_device(bf.dq, bf.nq * 2) == ref;
+        std::printf("BUSY %s: backward with SMs busy for %d ms on another stream: %.3f ms (undisturbed median "
+                    "%.3f ms), dQ bits %s\n", config_name, busy_ms, ms, med, same ? "identical" : "DIFFERENT");
+        std::fprintf(out,
+                     "{\"commit\":\"%s\",\"gpu\":\"%s\",\"op\":\"backward_busy_sms\",\"config\":\"%s\",\"busy_ms\":%d,"
+                     "\"elapsed_ms\":%.4f,\"undisturbed_median_ms\":%.4f,\"dq_bitwise_identical\":%s}\n",
+                     commit.c_str(), prop.name, config_name, busy_ms, ms, med, same ? "true" : "false");
+        busy_ms = 0;  // once
+        CUDA_CHECK(cudaStreamDestroy(other));
+      }
+      dash_plan_destroy(plan);
+      CUDA_CHECK(cudaFree(ws));
+    }
+    for (void* ptr : {(void*)bf.q, (void*)bf.k, (void*)bf.v, (void*)bf.o, (void*)bf.dout, (void*)bf.dq, (void*)bf.dk,
+                      (void*)bf.dv, (void*)bf.lse})
+      cudaFree(ptr);
+  }
+  std::fclose(out);
+  return 0;
+}

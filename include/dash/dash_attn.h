@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * dash/dash_attn.h — the C ABI of the attention kernels: the single boundary that bindings (ctypes, the
+ * PyTorch extension, the CLI) call. Plain C, fixed-width fields, no CUDA types: a CUDA stream is passed as
+ * `void*` (a cudaStream_t; NULL is the legacy default stream).
+ *
+ * Forward: O = softmax(Q K^T * softmax_scale + mask) V and LSE = log(sum_j exp(Q_i . K_j * scale)) per row.
+ *
+ * Tensors are (batch, seqlen, heads, head_dim) with arbitrary batch / seq / head strides, counted in
+ * ELEMENTS, and a contiguous last dimension (stride 1). The kernels load and store through the Hopper TMA
+ * engine, which needs every base pointer 16-byte aligned and every stride a multiple of 16 bytes (8 bf16 /
+ * fp16 elements). For a dimension of size 1 the stride is never used and may be anything.
+ *
+ * Masks (dash_problem.mask_kind): DASH_MASK_FULL, or DASH_MASK_CAUSAL aligned bottom-right as FlashAttention
+ * does when seqlen_q != seqlen_k: query i sees key j iff j <= i + seqlen_k - seqlen_q. A query row that sees
+ * no key gets O = 0 and LSE = -inf. DASH_MASK_WINDOW is answered with DASH_ERROR_UNSUPPORTED.
+ *
+ * GQA / MQA: heads_q must be a multiple of heads_kv; query head h reads KV head h / (heads_q / heads_kv).
+ *
+ * Errors: every entry point returns a dash_status. On failure dash_last_error() returns a message, kept per
+ * calling thread until its next call, that names the offending argument, e.g.
+ *   "q.seq_stride: must be a multiple of 8 elements (16 bytes) for TMA (got 100)".
+ * Arguments are checked before any CUDA call, so an invalid call never touches the device.
+ *
+ * CUDA graphs: dash_fwd launches one kernel on the given stream, allocates nothing and does not
+ * synchronise, so it can be captured. Scratch memory, if a future kernel needs any, is passed in by the
+ * caller: dash_fwd_workspace_size() says how many bytes (0 for the current forward kernel).
+ */
+#ifndef DASH_DASH_ATTN_H
+#define DASH_DASH_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dash/plan_format.h" /* dash_problem, dash_mask_kind */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dash_status {
+  DASH_OK = 0,
+  DASH_ERROR_INVALID_ARGUMENT = 1, /* the call is wrong: a null pointer, a bad size, a misaligned stride */
+  DASH_ERROR_UNSUPPORTED = 2,      /* the call is valid but this build cannot run it (head dim, mask, GPU) */
+  DASH_ERROR_CUDA = 3              /* a CUDA call failed; the message names the call and the CUDA error */
+} dash_status;
+
+typedef enum dash_dtype {
+  DASH_DTYPE_BF16 = 0,
+  DASH_DTYPE_FP16 = 1,
+  DASH_DTYPE_FP32 = 2 /* CPU backend only (dash_cpu_fwd / dash_cpu_bwd) */
+} dash_dtype;
+
+/* A (batch, seqlen, heads, head_dim) device tensor. Strides in elements; the head_dim stride is 1. */
+typedef struct dash_tensor {
+  void* data;
+  int64_t batch_stride;
+  int64_t seq_stride;
+  int64_t head_stride;
+} dash_tensor;
+
+typedef struct dash_fwd_args {
+  dash_problem problem; /* batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, mask_kind */
+  dash_dtype dtype;     /* of q, k, v and o alike */
+  dash_tensor q;        /* [batch, seqlen_q, heads_q,  head_dim] */
+  dash_tensor k;        /* [batch, seqlen_k, heads_kv, head_dim] */
+  dash_tensor v;        /* [batch, seqlen_k, heads_kv, head_dim] */
+  dash_tensor o;        /* [batch, seqlen_q, heads_q,  head_dim], written */
+  float* lse;           /* [batch, heads_q, seqlen_q] fp32, contiguous, written; natural log */
+  float softmax_scale;  /* > 0 and finite; 0 selects the default 1 / sqrt(head_dim) */
+} dash_fwd_args;
+
+/* Head dims the forward kernel is built for, in increasing order, terminated by 0. */
+const int32_t* dash_fwd_supported_head_dims(void);
+
+/* Bytes of device workspace dash_fwd needs for these arguments (0 today). Only `problem` and `dtype` are
+ * read; returns 0 for a NULL pointer. */
+size_t dash_fwd_workspace_size(const dash_fwd_args* args);
+
+/* Validates the arguments, then launches the forward kernel on `cuda_stream` (a cudaStream_t) and returns
+ * without waiting for it. `workspace` may be NULL when `workspace_bytes` covers dash_fwd_workspace_size(). */
+dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspace_bytes, void* cuda_stream);
+
+/* ---- Backward (src/cuda/bwd/) -------------------------------------------------------------------------
+ *
+ * The backward executes a PLAN (dash/plan_format.h): which KV tiles each work item processes, the order in
+ * which it visits Q tiles, and the order in which dQ partials (and, for split-head GQA, dK/dV partials) are
+ * added. A plan is built once per (problem, schedule, num_ctas) and copied to the device once:
+ *
+ *   dash_plan_t plan;
+ *   dash_plan_create(&args.problem, "auto", 0, DASH_GQA_SPLIT_HEADS, &plan);
+ *   size_t bytes = dash_bwd_workspace_size(&args, plan);        // caller allocates `bytes` of device memory
+ *   dash_bwd(&args, plan, 1, workspace, bytes, stream);          // deterministic: same bits on every run
+ *   dash_plan_destroy(plan);
+ *
+ * dash_bwd launches 3 kernels and up to 3 cudaMemsetAsync on the stream, allocates nothing and does not
+ * synchronise (CUDA-graph capturable). Deterministic mode adds every dQ partial in the plan's order, so the
+ * gradients are bitwise reproducible; deterministic = 0 adds them in arrival order (faster, not reproducible).
+ * Head dims 64 and 128, FULL and CAUSAL masks, bf16 and fp16. */
+
+typedef struct dash_plan_s* dash_plan_t;
+
+/* Builds and validates a plan on the host (dash::build_plan) and copies it to the current device.
+ * schedule: "auto", "auto-fastest", "ascending", "descending", "shift" or "symmetric-shift".
+ * num_ctas: CTAs of the persistent kernel; 0 = the multiprocessor count of the current device.
+ * gqa_mode: DASH_GQA_SPLIT_HEADS or DASH_GQA_PACK_GROUP. */
+dash_status dash_plan_create(const dash_problem* problem, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
+                             dash_plan_t* out);
+void dash_plan_destroy(dash_plan_t plan);
+/* The plan's host copy: the serialized blob (dash/plan_format.h); valid until dash_plan_destroy. */
+dash_status dash_plan_blob(dash_plan_t plan, const void** data, size_t* bytes);
+
+typedef struct dash_bwd_args {
+  dash_problem problem; /* must equal the plan's problem */
+  dash_dtype dtype;     /* of q, k, v, o, dout, dq, dk, dv alike */
+  dash_tensor q;        /* [batch, seqlen_q, heads_q,  head_dim] */
+  dash_tensor k;        /* [batch, seqlen_k, heads_kv, head_dim] */
+  dash_tensor v;        /* [batch, seqlen_k, heads_kv, head_dim] */
+  dash_tensor o;        /* [batch, seqlen_q, heads_q,  head_dim], the forward's output */
+  dash_tensor dout;     /* [batch, seqlen_q, heads_q,  head_dim] */
+  const float* lse;     /* [batch, heads_q, seqlen_q] fp32, contiguous, as dash_fwd writes it */
+  dash_tensor dq;       /* [batch, seqlen_q, heads_q,  head_dim], written */
+  dash_tensor dk;       /* [batch, seqlen_k, heads_kv, head_dim], written */
+  dash_tensor dv;       /* [batch, seqlen_k, heads_kv, head_dim], written */
+  float softmax_scale;  /* > 0 and finite; 0 selects the default 1 / sqrt(head_dim) */
+  /* Testing only, normally NULL. Else int64[batch * heads_q * num_q_tiles * num_kv_tiles]: in deterministic
+   * mode, when the contribution of (ticket, visit) to dQ accumulator (b, h, q_tile) acquires its turn, the
+   * kernel writes (ticket << 32 | visit) at [((b * heads_q + h) * num_q_tiles + q_tile) * num_kv_tiles + rank]. */
+  int64_t* debug_order_log;
+} dash_bwd_args;
+
+/* Bytes of device workspace dash_bwd needs (fp32 dQ accumulators, delta, LSE, counters; dK/dV accumulators
+ * for split-head GQA). 0 on invalid arguments (dash_last_error says why). */
+size_t dash_bwd_workspace_size(const dash_bwd_args* args, dash_plan_t plan);
+
+/* Validates every argument (naming the offending one), then launches the backward on `cuda_stream`.
+ * deterministic: 1 = ordered adds (bitwise reproducible), 0 = unordered atomic adds. `workspace` must be
+ * 256-byte aligned device memory of at least dash_bwd_workspace_size() bytes. A plan whose waits are not all
+ * backward (no DASH_PLAN_WAITS_ONLY_BACKWARD flag) is launched cooperatively; if the device cannot hold its
+ * num_ctas CTAs at once the call returns DASH_ERROR_UNSUPPORTED. */
+dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t deterministic, void* workspace,
+                     size_t workspace_bytes, void* cuda_stream);
+
+/* ---- end of backward ---------------------------------------------------------------------------------- */
+
+/* ---- host API: plans as bytes and the CPU backend (no GPU needed) ------------------------------------- */
+
+/* Builds and validates a plan for `num_ctas` (>= 1) co-resident CTAs and returns its bytes
+ * (dash/plan_format.h) in a malloc'd buffer; free it with dash_plan_free_host. */
+dash_status dash_plan_build_host(const dash_problem* problem, const char* schedule, int32_t num_ctas,
+                                 int32_t gqa_mode, void** blob, size_t* bytes);
+void dash_plan_free_host(void* blob);
+
+/* The CPU backend: fp32 HOST tensors (dtype DASH_DTYPE_FP32), same layouts and LSE convention as the GPU
+ * calls. dash_cpu_bwd follows the plan's visit and accumulation orders (its bits are not the GPU's). Slow:
+ * for tests and small problems. */
+dash_status dash_cpu_fwd(const dash_fwd_args* args);
+dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_t plan_bytes);
+
+/* 1 if this library was built with the sm_90a kernels, else 0 (then the GPU calls return
+ * DASH_ERROR_UNSUPPORTED). */
+int dash_cuda_available(void);
+
+/* sizeof the named ABI struct ("dash_problem", "dash_tensor", "dash_fwd_args", "dash_bwd_args",
+ * "dash_plan_header"), 0 for an unknown name: bindings check their mirrors against it. */
+size_t dash_abi_struct_size(const char* name);
+
+/* ---- end of host API -------------------------------------------------------------------------------- */
+
+/* The message of the calling thread's last failed call ("" if none). Valid until that thread's next call. */
+const char* dash_last_error(void);
+
+/* A short name for a status code ("DASH_OK", "DASH_ERROR_INVALID_ARGUMENT", ...). */
+const char* dash_status_name(dash_status status);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DASH_DASH_ATTN_H */

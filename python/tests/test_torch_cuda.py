@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: Apache-2.0
+"""dash_attn on CUDA tensors (H200): accuracy against float64, bitwise determinism for every schedule,
+batch invariance, torch.compile and CUDA-graph capture. Skipped where no CUDA device is present."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: GPU tests skipped", allow_module_level=True)
+import dash_attn  # noqa: E402
+from dash_attn import _abi  # noqa: E402
+
+if not _abi.LIB.dash_cuda_available():
+    pytest.skip("libdash_attn was built without CUDA kernels", allow_module_level=True)
+
+SCHEDULES = ["auto", "ascending", "descending", "shift", "symmetric-shift"]
+
+
+def reference(q, k, v, causal, scale, dtype=torch.float64):
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    group = q.shape[2] // k.shape[2]
+    k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if causal:
+        sq, sk = q.shape[1], k.shape[1]
+        visible = torch.arange(sk, device=q.device)[None, :] <= torch.arange(sq, device=q.device)[:, None] + (sk - sq)
+        s = s.masked_fill(~visible, float("-inf"))
+    p = torch.softmax(s.float() if dtype != torch.float64 else s, dim=-1).nan_to_num(0.0).to(dtype)
+    return torch.einsum("bhqk,bkhd->bqhd", p, v)
+
+
+def make(b, sq, sk, hq, hk, d, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=g) for s, h in ((sq, hq), (sk, hk), (sk, hk))]
+
+
+def run(fn, q, k, v, dout):
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    out = fn(q, k, v)
+    out.backward(dout)
+    return [out.detach(), q.grad, k.grad, v.grad]
+
+
+@pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 4, 128), (1, 113, 203, 8, 2, 64), (2, 203, 113, 4, 1, 128),
+                                   (1, 2048, 2048, 4, 4, 64)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_accuracy_against_float64(shape, causal):
+    b, sq, sk, hq, hk, d = shape
+    q, k, v = make(*shape)
+    dout = torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16)
+    scale = 1 / math.sqrt(d)
+    ours = run(lambda q, k, v: dash_attn.attention(q, k, v, causal=causal), q, k, v, dout)
+    exact = run(lambda q, k, v: reference(q, k, v, causal, scale), q, k, v, dout.double())
+    low = run(lambda q, k, v: reference(q, k, v, causal, scale, torch.bfloat16), q, k, v, dout)
+    # FlashAttention's rule: our error at most twice that of the same math done in bf16, plus rounding noise.
+    for name, a, r, l in zip(("out", "dq", "dk", "dv"), ours, exact, low):
+        err = (a.double() - r).abs().max().item()
+        base = (l.double() - r).abs().max().item()
+        assert err <= 2 * base + 1e-3, f"{name}: error {err} vs bf16 math {base}"
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_bitwise_determinism(schedule, causal):
+    q, k, v = make(2, 1537, 1537, 8, 2, 128, seed=1)
+    report = dash_attn.check_determinism(q, k, v, runs=5, causal=causal, schedule=schedule)
+    assert report["identical"], report
+
+
+def test_batch_invariance():
+    q, k, v = make(4, 1024, 1024, 8, 8, 128, seed=2)
+    dout = torch.randn_like(q)
+    fn = lambda q, k, v: dash_attn.attention(q, k, v, causal=True)
+    batch = run(fn, q, k, v, dout)
+    alone = run(fn, q[2:3, :, :4], k[2:3, :, :4], v[2:3, :, :4], dout[2:3, :, :4])
+    for a, b in zip(batch[1:], alone[1:]):
+        assert torch.equal(a[2:3, :, :4], b)
+
+
+def test_non_deterministic_mode_is_close():
+    q, k, v = make(1, 1024, 1024, 4, 4, 64, seed=4)
+    dout = torch.randn_like(q)
+    det = run(lambda q, k, v: dash_attn.attention(q, k, v, causal=True), q, k, v, dout)
+    fast = run(lambda q, k, v: dash_attn.attention(q, k, v, causal=True, deterministic=False), q, k, v, dout)
+    for a, b in zip(det, fast):
+        torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_torch_compile_fullgraph():
+    q, k, v = (t.requires_grad_(True) for t in make(1, 512, 512, 4, 4, 128, seed=5))
+
+    @torch.compile(fullgraph=True)
+    def step(q, k, v):
+        return dash_attn.attention(q, k, v, causal=True).float().square().sum()
+
+    step(q, k, v).backward()
+    assert torch.isfinite(q.grad).all()
+
+
+def test_cuda_graph_capture_replays_the_same_bits():
+    q, k, v = (t.requires_grad_(True) for t in make(1, 1024, 1024, 4, 4, 128, seed=6))
+    dout = torch.randn_like(q)
+
+    def step():
+        for t in (q, k, v):
+            t.grad = None
+        dash_attn.attention(q, k, v, causal=True).backward(dout)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # builds and caches the plan outside capture
+    torch.cuda.current_stream().wait_stream(s)
+    eager = q.grad.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(q.grad, eager)
+
+
+def test_unsupported_head_dim_is_an_error():
+    q, k, v = make(1, 64, 64, 2, 2, 96)
+    with pytest.raises(ValueError, match="head_dim 96"):
+        dash_attn.attention(q, k, v)

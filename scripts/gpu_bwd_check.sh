@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# gpu_bwd_check.sh — one device call for the backward kernel: build (unless a carried build is given), GPU
+# tests, compute-sanitizer memcheck/racecheck on small shapes, and the benchmark. Logs and JSON go to $OUT.
+#
+#   scripts/gpu_bwd_check.sh [--build-dir DIR] [--no-build] [--bench quick|full|none] [--busy-ms N]
+#                            [--sanitize yes|no] [--tests FILTER] [--torch yes|no]
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="${OUT:-$root/out}"
+mkdir -p "$out"
+build="$root/build-bwd"
+do_build=1
+bench=quick
+busy_ms=200
+sanitize=yes
+tests='*'
+torch_ref=yes
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build="$2"; shift 2 ;;
+    --no-build) do_build=0; shift ;;
+    --bench) bench="$2"; shift 2 ;;
+    --busy-ms) busy_ms="$2"; shift 2 ;;
+    --sanitize) sanitize="$2"; shift 2 ;;
+    --tests) tests="$2"; shift 2 ;;
+    --torch) torch_ref="$2"; shift 2 ;;
+    *) echo "unknown argument $1"; exit 2 ;;
+  esac
+done
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
+if [ "$do_build" = 1 ]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DDASH_CUTLASS_INCLUDE_DIR="$root/.deps/cutlass/cutlass_library/source/include" >"$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
+  ninja -C "$build" -j16 dash_cuda dash_gpu_bwd_tests >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 1; }
+  nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I"$root/include" "$root/bench/bench_backward.cu" \
+    -o "$build/dash-bench-bwd" -L"$build/src/cuda" -ldash_cuda "$build/libdash_core.a" -Xlinker -rpath -Xlinker "$build/src/cuda" \
+    >>"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+fi
+export LD_LIBRARY_PATH="$build/src/cuda:${LD_LIBRARY_PATH:-}"
+tests_bin="$build/tests/gpu/dash_gpu_bwd_tests"
+
+echo "== tests"
+timeout 300 "$tests_bin" --gtest_filter="$tests" >"$out/tests.log" 2>&1
+echo "tests rc=$?"
+grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|tests ran" "$out/tests.log" | tail -40
+
+if [ "$sanitize" = yes ]; then
+  small='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d64_causal_auto_det:Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det:Shapes/BackwardAccuracy.MatchesReference/b1_h8_2_sq200_sk200_d128_causal_auto_det'
+  echo "== memcheck"
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$tests_bin" --gtest_filter="$small" >"$out/memcheck.log" 2>&1
+  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log" | tail -5
+  echo "== racecheck"
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$tests_bin" \
+    --gtest_filter='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d64_causal_auto_det' >"$out/racecheck.log" 2>&1
+  echo "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$out/racecheck.log" | tail -5
+fi
+
+if [ "$bench" != none ]; then
+  echo "== bench ($bench)"
+  args=(--out "$out/backward.jsonl" --commit "${DASH_COMMIT:-unknown}" --busy-ms "$busy_ms")
+  [ "$bench" = quick ] && args+=(--quick)
+  timeout 400 "$build/dash-bench-bwd" "${args[@]}" >"$out/bench.log" 2>&1
+  echo "bench rc=$?"
+  cut -c1-120 "$out/bench.log"
+fi
+
+if [ "${torch_ref:-yes}" = yes ] && python3 -c "import torch" 2>/dev/null; then
+  echo "== torch references (same device call)"
+  PYTHONUNBUFFERED=1 timeout "${DASH_TORCH_TIMEOUT:-240}" python3 "$root/bench/bench_backward_torch.py" --out "$out/torch_backward.jsonl" --flex \
+    >"$out/torch.log" 2>&1
+  echo "torch rc=$?"
+  cat "$out/torch.log" | grep -v Warning | tail -40
+fi

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# gpu_check.sh — the one command for the forward kernel on an H200, run from the repository root:
+#
+#   scripts/gpu_check.sh COMMIT [--sdpa] [--variants] [--repeat]
+#
+# Configures and builds the CUDA-only tree (scripts/gpu_build: src/cuda, tests/gpu, bench) with ninja -j16,
+# runs the GPU tests, compute-sanitizer memcheck on the "Small" cases, and the forward benchmark; with --sdpa
+# also PyTorch SDPA (flash, cuDNN) timings in the same call, with --variants the benchmark of extra builds
+# with other tile widths / pipeline depths, with --repeat the bf16 benchmark a second time (run-to-run
+# spread, rows tagged variant "default-repeat" in variants.jsonl). Outputs go to $OUT (the device tool's folder) or ./out:
+#   env.txt build.log tests.log memcheck.log bench.log forward.jsonl [sdpa.jsonl] [variants.jsonl]
+# (--variants: the list `variants` below, one "name:defines:head_dim" each.)
+# Every step has a timeout, so a hung kernel costs minutes, not the whole call. Needs the CuTe headers in
+# .deps/cutlass (carry them) and GoogleTest (system, or carried in .carry/googletest).
+set -uo pipefail
+commit=${1:?usage: scripts/gpu_check.sh COMMIT [--sdpa] [--variants] [--repeat]}
+shift
+run_sdpa=0
+run_variants=0
+run_repeat=0
+for arg in "$@"; do
+  case $arg in
+    --sdpa) run_sdpa=1 ;;
+    --repeat) run_repeat=1 ;;
+    --variants) run_variants=1 ;;
+    *) echo "unknown option $arg" >&2; exit 1 ;;
+  esac
+done
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/out}
+mkdir -p "$out"
+cutlass=$root/.deps/cutlass/cutlass_library/source/include
+build=/tmp/dash-gpu-build
+summary=""
+note() { summary+="$1"$'\n'; echo "== $1"; }
+
+configure_and_build() {  # dir, extra tuning defines, targets...
+  local dir=$1 defines=$2; shift 2
+  cmake -S "$root/scripts/gpu_build" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DDASH_CUTLASS_INCLUDE_DIR="$cutlass" -DDASH_FWD_TUNING_DEFINES="$defines" >/dev/null &&
+    ninja -C "$dir" -j16 "$@"
+}
+
+{ date -u; nvidia-smi; nvidia-smi -q -d CLOCK,PERFORMANCE | sed -n 1,60p; nvcc --version; cmake --version | head -1
+  compute-sanitizer --version | head -2; } >"$out/env.txt" 2>&1
+
+start=$SECONDS
+# Only the forward targets: the shared bench/ and tests/gpu directories also hold backward targets that
+# need the planner library, which this forward-only tree does not build.
+if configure_and_build "$build" "" dash_cuda dash_gpu_tests dash-bench-fwd >"$out/build.log" 2>&1; then
+  note "build: ok in $((SECONDS - start)) s (16 jobs)"
+else
+  note "build: FAILED (see build.log)"; tail -40 "$out/build.log"; exit 1
+fi
+ptxas_lines=$(grep -E "Compiling entry|registers|spill" "$out/build.log")
+{ echo "---- ptxas (registers / spills) ----"; echo "$ptxas_lines"
+  echo "---- SASS instruction counts in libdash_cuda.so ----"
+  cuobjdump --dump-sass "$build/libdash_cuda.so" | grep -oE "\b(HGMMA\.[0-9A-Za-z]+|MUFU\.EX2|UTMALDG|UTMASTG|STSM|LDL|STL|WARPSYNC|BAR\.SYNC|BAR\.ARV|USETMAXREG)" |
+    sort | uniq -c; } >>"$out/build.log" 2>&1
+
+tests=$build/dash_gpu_tests
+start=$SECONDS
+timeout 200 "$tests" >"$out/tests.log" 2>&1
+rc=$?
+note "tests: exit $rc in $((SECONDS - start)) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log" | tr '\n' ' ')"
+grep -E "^\[  FAILED  \]" "$out/tests.log" | head -20
+
+bench=$build/bench/dash-bench-fwd
+start=$SECONDS
+{ timeout 120 "$bench" --out "$out/forward.jsonl" --commit "$commit" --variant default --dtype bf16
+  timeout 60 "$bench" --out "$out/forward.jsonl" --commit "$commit" --variant default --dtype fp16 --only-hdim 128
+} >"$out/bench.log" 2>&1
+note "bench: exit $? in $((SECONDS - start)) s"
+
+start=$SECONDS
+timeout 150 compute-sanitizer --tool memcheck --error-exitcode 17 "$tests" --gtest_filter='*Small*:ForwardBehaviour.*' \
+  >"$out/memcheck.log" 2>&1
+rc=$?
+note "memcheck (Small cases): exit $rc in $((SECONDS - start)) s; $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
+
+# Optional steps only while the call has time left (the device tool stops a command at 600 s).
+if [ $run_sdpa = 1 ] && [ $SECONDS -lt 360 ]; then
+  start=$SECONDS
+  timeout 120 env PYTHONUNBUFFERED=1 python3 "$root/bench/sdpa_reference.py" --out "$out/sdpa.jsonl" --commit "$commit" \
+    >>"$out/bench.log" 2>&1
+  note "sdpa references: exit $? in $((SECONDS - start)) s"
+fi
+
+if [ $run_repeat = 1 ]; then
+  start=$SECONDS
+  echo "---- repeat of the default bf16 benchmark ----" >>"$out/bench.log"
+  timeout 90 "$bench" --out "$out/variants.jsonl" --commit "$commit" --variant default-repeat --dtype bf16 \
+    >>"$out/bench.log" 2>&1
+  note "bench repeat: exit $? in $((SECONDS - start)) s"
+fi
+
+# Tuning variants: extra builds with other compile-time settings (fwd_sm90_config.cuh), built in parallel,
+# each checked on its head dim's tests and benchmarked. Edit the list for the experiment at hand.
+variants=(
+  "poly8-d64:DASH_FWD_EXP2_POLY_EVERY_HDIM64=8:64"
+  "poly4-d64:DASH_FWD_EXP2_POLY_EVERY_HDIM64=4:64"
+  "poly8-stages3-d64:DASH_FWD_EXP2_POLY_EVERY_HDIM64=8;DASH_FWD_STAGES_HDIM64=3:64"
+)
+if [ $run_variants = 1 ] && [ $SECONDS -lt 400 ]; then
+  start=$SECONDS
+  for spec in "${variants[@]}"; do
+    IFS=: read -r name defines hdim <<<"$spec"
+    configure_and_build "/tmp/dash-gpu-build-$name" "$defines" dash-bench-fwd dash_gpu_tests \
+      >"/tmp/variant-$name.log" 2>&1 &
+  done
+  wait
+  note "variant builds: $((SECONDS - start)) s"
+  for spec in "${variants[@]}"; do
+    IFS=: read -r name defines hdim <<<"$spec"
+    dir=/tmp/dash-gpu-build-$name
+    cat "/tmp/variant-$name.log" >>"$out/build.log"
+    if [ ! -x "$dir/bench/dash-bench-fwd" ]; then note "variant $name: build FAILED"; continue; fi
+    timeout 120 "$dir/dash_gpu_tests" --gtest_filter="*_d${hdim}_*:*Persistent*" >"/tmp/variant-$name-tests.log" 2>&1
+    trc=$?
+    echo "---- variant $name ($defines) ----" >>"$out/bench.log"
+    timeout 60 "$dir/bench/dash-bench-fwd" --out "$out/variants.jsonl" --commit "$commit" --variant "$name" \
+      --dtype bf16 --only-hdim "$hdim" >>"$out/bench.log" 2>&1
+    brc=$?
+    note "variant $name: tests exit $trc ($(grep -E '^\[  (PASSED|FAILED) ' "/tmp/variant-$name-tests.log" | tr '\n' ' ')), bench exit $brc"
+    grep -E "^\[  FAILED  \]|Failure|worst" "/tmp/variant-$name-tests.log" | head -5
+  done
+fi
+
+echo
+echo "================ summary ================"
+printf '%s' "$summary"
+echo "---- default bf16 / fp16 ----"
+sed -n "1,45p" "$out/bench.log"

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+// fwd_sm90_config.cuh — everything the Hopper forward kernel fixes at compile time, derived from its only two
+// template parameters (head dim, element type): tile sizes, warpgroup roles and register budgets, shared-memory
+// layouts, the wgmma tiled MMAs, the TMA copy types, the kernel parameters and the shared-memory map.
+//
+// Adding a head dim (96, 192, 256) means adding a row to FwdTileSizes: the smem atom, MMA shapes and TMA boxes
+// below all follow from (kHeadDim, kBlockN, kStages). Keep the smem total under 227 KB and the consumer's
+// live registers (S: kBlockN / 2, P: kBlockN / 4, O: kHeadDim / 2 per thread) under kConsumerRegisters.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cutlass/numeric_types.h>
+
+namespace dash::sm90 {
+
+// Tile sizes by head dim. kBlockM is fixed by the warpgroup split (2 consumer warpgroups x 64 rows).
+// kBlockN trades registers (the S tile lives in registers) for fewer, longer iterations.
+template <int kHeadDim>
+struct FwdTileSizes;
+template <>
+struct FwdTileSizes<64> {
+#ifdef DASH_FWD_BLOCK_N_HDIM64  // tuning experiments only (scripts/gpu_check.sh); not a supported option
+  static constexpr int kBlockN = DASH_FWD_BLOCK_N_HDIM64;
+#else
+  static constexpr int kBlockN = 128;
+#endif
+#ifdef DASH_FWD_STAGES_HDIM64
+  static constexpr int kStages = DASH_FWD_STAGES_HDIM64;
+#else
+  static constexpr int kStages = 2;
+#endif
+  // exp2 saturates MUFU at hdim 64 (as many exp2 per tile as the tensor cores need clocks): 1 in 8 on the
+  // FMA pipe measured +3-27% (largest at short sequences); 1 in 4 was slower (issue-bound).
+#ifdef DASH_FWD_EXP2_POLY_EVERY_HDIM64
+  static constexpr int kExp2PolyEvery = DASH_FWD_EXP2_POLY_EVERY_HDIM64;
+#else
+  static constexpr int kExp2PolyEvery = 8;
+#endif
+};
+template <>
+struct FwdTileSizes<128> {
+#ifdef DASH_FWD_BLOCK_N_HDIM128
+  static constexpr int kBlockN = DASH_FWD_BLOCK_N_HDIM128;
+#else
+  static constexpr int kBlockN = 128;
+#endif
+#ifdef DASH_FWD_STAGES_HDIM128
+  static constexpr int kStages = DASH_FWD_STAGES_HDIM128;
+#else
+  static constexpr int kStages = 2;
+#endif
+  static constexpr int kExp2PolyEvery = 0;  // exp2 is not the bottleneck at hdim 128
+};
+
+// The 16-byte-row-chunk swizzle atom for a K-major tile whose rows hold kRowElems elements: the widest
+// swizzle (128 / 64 / 32 bytes) that divides the row, as wgmma and TMA both require.
+template <class Element, int kRowElems>
+CUTE_HOST_DEVICE constexpr auto k_major_smem_atom() {
+  constexpr int kRowBytes = kRowElems * int(sizeof(Element));
+  if constexpr (kRowBytes % 128 == 0) {
+    return cute::GMMA::Layout_K_SW128_Atom<Element>{};
+  } else if constexpr (kRowBytes % 64 == 0) {
+    return cute::GMMA::Layout_K_SW64_Atom<Element>{};
+  } else {
+    return cute::GMMA::Layout_K_SW32_Atom<Element>{};
+  }
+}
+
+template <int kHeadDim_, class Element_>
+struct FwdConfig {
+  using Element = Element_;  // cute::bfloat16_t or cute::half_t
+  static constexpr int kHeadDim = kHeadDim_;
+
+  // ---- work split ----
+  static constexpr int kConsumerWarpgroups = 2;  // each owns 64 query rows of the Q tile
+  static constexpr int kRowsPerWarpgroup = 64;   // the M of one wgmma
+  static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerWarpgroup;
+  static constexpr int kBlockN = FwdTileSizes<kHeadDim>::kBlockN;
+  static constexpr int kStages = FwdTileSizes<kHeadDim>::kStages;
+  // Every kExp2PolyEvery-th score's exp2 on the FMA pipe instead of MUFU (0: none); see exp2_polynomial.
+  static constexpr int kExp2PolyEvery = FwdTileSizes<kHeadDim>::kExp2PolyEvery;
+  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // warpgroup 0 produces, 1..2 consume
+  static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+  static constexpr int kConsumerWarps = kConsumerThreads / 32;
+
+  // setmaxnreg budgets: the producer only issues TMA, the consumers hold S, P and O in registers.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= 65536,
+                "register budgets exceed the register file");
+  static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "wgmma shape constraints");
+  static_assert(kStages >= 2, "the consumer holds one K and one V stage while the next loads");
+
+  // ---- shared memory layouts (K-major: head_dim contiguous, as in global memory) ----
+  using SmemAtom = decltype(k_major_smem_atom<Element, kHeadDim>());
+  // Q is two stacked 64-row halves, one per consumer warpgroup, each laid out exactly like a 64-row tile
+  // (so a half is one contiguous TMA box and one canonical wgmma operand).
+  using SmemLayoutQHalf =
+      decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kRowsPerWarpgroup>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutQ = decltype(cute::tile_to_shape(SmemLayoutQHalf{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutKVStage =
+      decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutKV = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
+  // V seen as the (head_dim, key) B operand of O += P V: the same bytes, head_dim contiguous (MN-major).
+  using SmemLayoutVt = decltype(cute::composition(
+      SmemLayoutKV{},
+      cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
+                                cute::Step<cute::_2, cute::_1, cute::_3>{})));
+  // Each consumer warpgroup stages its own 64 output rows in its own buffer and stores them alone. The
+  // buffer is separate from Q so that the next tile's Q can load while this tile's O is being stored.
+  using SmemLayoutOHalf = SmemLayoutQHalf;
+
+  // ---- wgmma: one 64-row atom per consumer warpgroup ----
+  using WarpgroupLayout = cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>;
+  // S = Q K^T: both operands from shared memory.
+  using MmaQK = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float,
+                                 cute::Shape<cute::Int<kRowsPerWarpgroup>, cute::Int<kBlockN>, cute::Int<kHeadDim>>>(),
+      WarpgroupLayout{}));
+  // O += P V: P from registers (the softmax output), V^T from shared memory.
+  using MmaPV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float,
+                                 cute::Shape<cute::Int<kRowsPerWarpgroup>, cute::Int<kHeadDim>, cute::Int<kBlockN>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      WarpgroupLayout{}));
+  // The same PV atom for one warpgroup alone: partitions a warpgroup's 64 output rows in the epilogue.
+  using MmaPVOneWarpgroup = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float,
+                                 cute::Shape<cute::Int<kRowsPerWarpgroup>, cute::Int<kHeadDim>, cute::Int<kBlockN>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
+
+  // ---- global tensors as TMA sees them: (seqlen, head_dim, heads, batch), strides in elements ----
+  using GmemShape = cute::Shape<int32_t, cute::Int<kHeadDim>, int32_t, int32_t>;
+  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
+                                                cute::Layout<GmemShape, GmemStride>{}));
+  using TmaLoadQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{}));
+  using TmaLoadKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKVStage{}));
+  using TmaStoreO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensor{}, SmemLayoutOHalf{}));
+
+  static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
+};
+
+// Kernel parameters: TMA descriptors (they must live in the kernel's parameter space, hence
+// __grid_constant__), the problem sizes and the softmax scales. No pointers to device-side state.
+template <class Config>
+struct FwdParams {
+  typename Config::TmaLoadQ tma_q;
+  typename Config::TmaLoadKV tma_k;
+  typename Config::TmaLoadKV tma_v;
+  typename Config::TmaStoreO tma_o;
+  typename Config::GmemShape shape_q;   // also O's shape
+  typename Config::GmemShape shape_kv;
+  float* lse;                           // [batch, heads_q, seqlen_q]
+  int32_t seqlen_q;
+  int32_t seqlen_k;
+  int32_t heads_q;
+  int32_t group_size;                   // heads_q / heads_kv
+  int32_t num_m_blocks;
+  int32_t num_work_tiles;               // num_m_blocks * heads_q * batch: the range of the tile loop
+  int32_t causal;                       // 0: full mask, 1: causal aligned bottom-right
+  float softmax_scale;                  // natural-log units (for LSE)
+  float scale_log2;                     // softmax_scale * log2(e): scores go through exp2
+};
+
+// Shared-memory map. Tiles first, each 1024-byte aligned as the 128-byte swizzle requires; then mbarriers.
+template <class Config>
+struct FwdSharedStorage {
+  using Element = typename Config::Element;
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutQ>, 1024> q;
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> k;
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> v;
+  cute::array_aligned<Element, Config::kConsumerWarpgroups * cute::cosize_v<typename Config::SmemLayoutOHalf>, 1024> o;
+  alignas(8) uint64_t q_full;                    // Q tile landed (TMA transaction count)
+  alignas(8) uint64_t q_empty;                   // every consumer warp finished the tile's last S GEMM
+  alignas(8) uint64_t k_full[Config::kStages];   // K stage landed
+  alignas(8) uint64_t k_empty[Config::kStages];  // every consumer warp is done reading the K stage
+  alignas(8) uint64_t v_full[Config::kStages];
+  alignas(8) uint64_t v_empty[Config::kStages];
+};
+
+template <class Config>
+constexpr int fwd_smem_bytes() {
+  // +1024: the dynamic shared-memory base is only guaranteed 16-byte aligned; the kernel rounds it up.
+  constexpr int kBytes = int(sizeof(FwdSharedStorage<Config>)) + 1024;
+  static_assert(kBytes <= 227 * 1024, "shared memory exceeds the 227 KB an sm_90 block may use");
+  return kBytes;
+}
+
+}  // namespace dash::sm90

@@ -1,0 +1,371 @@
+// SPDX-License-Identifier: Apache-2.0
+// fwd_sm90_kernel.cuh — the Hopper (sm_90a) attention forward kernel: O = softmax(Q K^T * scale) V and LSE.
+//
+// A work tile is one 128-row Q tile of one (batch, query head); CTA c computes work tiles c, c + gridDim.x,
+// ... (persistent with a full mask, one tile per CTA when causal: see fwd_tile_at). Three warpgroups:
+//   warpgroup 0 (producer): one thread issues TMA loads — each tile's Q, then its K and V tiles through a
+//     kStages-deep ring of shared-memory buffers guarded by mbarriers (full: data landed; empty: all consumer
+//     warps finished reading). The ring runs on across work tiles, so the next tile's Q, K and V load while
+//     the consumers finish the current one. It keeps 24 registers (setmaxnreg) and hands the rest on.
+//   warpgroups 1, 2 (consumers): each owns 64 query rows. Per KV tile: S = Q K^T (wgmma, both operands in
+//     shared memory), mask, online softmax in fp32 registers, P -> bf16/fp16 in registers, O += P V (wgmma
+//     with P from registers). 240 registers each.
+//
+// Overlap. Inside a warpgroup, iteration j issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back and
+// then runs the softmax of S_{j+1} while O += P_j V_j is still on the tensor cores. Between the two
+// warpgroups, named barriers pass a "turn" so their GEMM issues alternate: one warpgroup's softmax runs
+// while the other's GEMMs occupy the tensor cores.
+//
+// KV tiles are visited from the last to the first, so the tiles that need a mask (the key-length boundary
+// and the causal diagonal) come first and the rest run mask-free. Causal tiles that no row of the Q tile
+// can see are never loaded. Out-of-range rows and keys: TMA zero-fills loads past the tensor ends, keys
+// >= seqlen_k are masked, and the TMA store of O drops rows >= seqlen_q.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/cutlass.h>
+
+#include "fwd_sm90_config.cuh"
+#include "fwd_sm90_softmax.cuh"
+#include "sm90_primitives.cuh"
+
+namespace dash::sm90 {
+
+// Hardware named-barrier ids (0 is __syncthreads).
+enum FwdNamedBarrier : uint32_t {
+  kBarrierTurnWarpgroup0 = 1,      // + w: consumer warpgroup w may issue its GEMMs (2 ids)
+  kBarrierEpilogueWarpgroup0 = 3,  // + w: warpgroup w's epilogue: its O buffer is free, then written (2 ids)
+};
+
+struct FwdTile {
+  int m_block;
+  int head_q;
+  int batch;
+};
+
+// The KV tiles one Q tile visits: n in [0, num_tiles), in decreasing order. Tiles n >= first_masked contain
+// a key some row of the Q tile may not see (past seqlen_k, or above the causal diagonal) and need the mask.
+struct KvTileRange {
+  int num_tiles;
+  int first_masked;
+};
+
+// Work-tile index -> (Q tile, head, batch): Q tiles fastest, so the CTAs running at one time share the K and
+// V of one or two heads in L2. Causal: Q tiles in decreasing order, the ones that see the most keys first.
+// The host picks the grid: for a full mask (equal tiles) one CTA per SM, each taking tiles blockIdx.x,
+// blockIdx.x + gridDim.x, ...; for causal (unequal tiles) one CTA per tile, so that the hardware hands the
+// next tile, longest first within a head, to whichever SM frees up (a static cyclic assignment measured
+// 4-8% slower there).
+template <class Config>
+__device__ __forceinline__ FwdTile fwd_tile_at(FwdParams<Config> const& params, int index) {
+  int const m = index % params.num_m_blocks;
+  int const rest = index / params.num_m_blocks;
+  return {params.causal ? params.num_m_blocks - 1 - m : m, rest % params.heads_q, rest / params.heads_q};
+}
+
+template <class Config>
+__device__ __forceinline__ KvTileRange kv_tile_range(FwdParams<Config> const& params, int m_block) {
+  constexpr int kBlockM = Config::kBlockM;
+  constexpr int kBlockN = Config::kBlockN;
+  int num_tiles = (params.seqlen_k + kBlockN - 1) / kBlockN;
+  int first_masked = params.seqlen_k / kBlockN;  // the partial tile at the end of the keys, if any
+  if (params.causal) {
+    int const diagonal_offset = params.seqlen_k - params.seqlen_q;  // query i sees keys j <= i + offset
+    // Keys visible to the last real row of the tile bound the tiles to load ...
+    int const last_row = min(params.seqlen_q, (m_block + 1) * kBlockM) - 1;
+    int const keys_of_last_row = last_row + diagonal_offset + 1;
+    num_tiles = keys_of_last_row <= 0 ? 0 : min(num_tiles, (keys_of_last_row + kBlockN - 1) / kBlockN);
+    // ... and keys visible to its first row bound the tiles every row sees in full.
+    int const keys_of_first_row = m_block * kBlockM + diagonal_offset + 1;
+    first_masked = min(first_masked, keys_of_first_row <= 0 ? 0 : keys_of_first_row / kBlockN);
+  }
+  return {num_tiles, first_masked};
+}
+
+// Issues one warpgroup's share of a tiled wgmma GEMM as one commit group; the caller waits with
+// warpgroup_wait<N>. The fences keep the compiler from moving accumulator (and register-A) accesses across
+// the asynchronous MMA.
+template <bool kZeroAccumulator, bool kARegisters, class TiledMma, class TensorA, class TensorB, class TensorC>
+__device__ __forceinline__ void warpgroup_gemm(TiledMma& mma, TensorA& a, TensorB const& b, TensorC& c) {
+  using namespace cute;
+  if constexpr (kARegisters) warpgroup_fence_operand(a);
+  warpgroup_fence_operand(c);
+  // wgmma.fence: register writes made before this point (P, the rescaled O) are visible to the MMA.
+  warpgroup_arrive();
+  mma.accumulate_ = kZeroAccumulator ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(c);
+  if constexpr (kARegisters) warpgroup_fence_operand(a);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Producer: a single thread, all work tiles of the CTA.
+// ------------------------------------------------------------------------------------------------------------
+template <class Config>
+__device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Config>& smem) {
+  using namespace cute;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
+
+  Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
+  Tensor mK = params.tma_k.get_tma_tensor(params.shape_kv);
+  Tensor mV = params.tma_v.get_tma_tensor(params.shape_kv);
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Config::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Config::SmemLayoutKV{});  // (.., .., stage)
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Config::SmemLayoutKV{});
+
+  PipelineState<Config::kStages> stage;  // runs on across work tiles
+  uint32_t q_phase = 0;                  // flips with every Q tile loaded
+  for (int index = blockIdx.x; index < params.num_work_tiles; index += gridDim.x) {
+    FwdTile const tile = fwd_tile_at(params, index);
+    KvTileRange const range = kv_tile_range(params, tile.m_block);
+    if (range.num_tiles == 0) continue;  // the consumers write O = 0, LSE = -inf without waiting for data
+
+    int const head_kv = tile.head_q / params.group_size;
+    Tensor gQ = local_tile(mQ(_, _, tile.head_q, tile.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{},
+                           make_coord(tile.m_block, _0{}));  // (kBlockM, kHeadDim)
+    Tensor gK = local_tile(mK(_, _, head_kv, tile.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{},
+                           make_coord(_, _0{}));  // (kBlockN, kHeadDim, n)
+    Tensor gV = local_tile(mV(_, _, head_kv, tile.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{},
+                           make_coord(_, _0{}));
+    auto [tQgQ, tQsQ] = tma_partition(params.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                      group_modes<0, 2>(gQ));
+    auto [tKgK, tKsK] = tma_partition(params.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(params.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+
+    // Overwrite Q only after every consumer warp finished the previous tile's last S GEMM (on the first
+    // tile the wait returns at once: a fresh mbarrier counts its phase before 0 as completed).
+    mbarrier_wait(&smem.q_empty, q_phase ^ 1u);
+    // The full barrier completes when the arrival (this thread) and the expected bytes (the TMA) are both in.
+    mbarrier_arrive_expect_tx(&smem.q_full, Config::kQTileBytes);
+    copy(params.tma_q.with(smem.q_full), tQgQ, tQsQ);
+    q_phase ^= 1u;
+
+    for (int i = 0; i < range.num_tiles; ++i) {
+      int const n = range.num_tiles - 1 - i;
+      // Reuse a K buffer only after all consumer warps released it (their S GEMM reading it completed).
+      mbarrier_wait(&smem.k_empty[stage.index], stage.phase ^ 1u);
+      mbarrier_arrive_expect_tx(&smem.k_full[stage.index], Config::kKVTileBytes);
+      copy(params.tma_k.with(smem.k_full[stage.index]), tKgK(_, n), tKsK(_, stage.index));
+      // Likewise V, released after the O += P V GEMM that read it completed.
+      mbarrier_wait(&smem.v_empty[stage.index], stage.phase ^ 1u);
+      mbarrier_arrive_expect_tx(&smem.v_full[stage.index], Config::kKVTileBytes);
+      copy(params.tma_v.with(smem.v_full[stage.index]), tVgV(_, n), tVsV(_, stage.index));
+      stage.advance();
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Consumers: 256 threads, `warpgroup` 0 or 1 (rows 64 * warpgroup ..), `thread` 0..255 among consumers.
+// ------------------------------------------------------------------------------------------------------------
+template <class Config>
+__device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Config>& smem, int warpgroup,
+                            int thread) {
+  using namespace cute;
+  using Element = typename Config::Element;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
+  constexpr int kStages = Config::kStages;
+  constexpr uint32_t kTurnThreads = Config::kConsumerThreads;  // both consumer warpgroups meet at a turn
+  bool const lane_leader = (threadIdx.x % 32) == 0;
+  bool const store_leader = (thread % 128) == 0;  // issues this warpgroup's TMA stores of O
+
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Config::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Config::SmemLayoutKV{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Config::SmemLayoutVt{});
+  Tensor sO = make_tensor(make_smem_ptr(smem.o.data() + warpgroup * cosize_v<typename Config::SmemLayoutOHalf>),
+                          typename Config::SmemLayoutOHalf{});  // this warpgroup's 64 output rows
+
+  typename Config::MmaQK mma_qk;
+  typename Config::MmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(thread);
+  auto thr_pv = mma_pv.get_thread_slice(thread);
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // wgmma descriptors of this warpgroup's 64 Q rows
+  Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (.., .., .., stage)
+  Tensor tOrVt = thr_pv.partition_fragment_B(sVt);  // (.., .., .., stage)
+
+  Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // scores, then P in fp32
+  Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // output accumulator
+  Tensor tOrP = make_tensor<Element>(tSrS.layout());                                  // P in Element
+  Tensor tOrP_operand = make_tensor(tOrP.data(), accumulator_as_a_operand(tSrS.layout()));
+
+  // (row, column) views of the accumulators and of each register's coordinate in the tile.
+  Tensor scores = make_tensor(tSrS.data(), accumulator_rows_cols(tSrS.layout()));
+  Tensor output = make_tensor(tOrO.data(), accumulator_rows_cols(tOrO.layout()));
+  Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  Tensor score_coords = make_tensor(tScS.data(), accumulator_rows_cols(tScS.layout()));
+  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor output_coords = make_tensor(tOcO.data(), accumulator_rows_cols(tOcO.layout()));
+  constexpr int kRows = decltype(size<0>(scores))::value;
+
+  auto smem_store = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{},
+                                      typename Config::MmaPVOneWarpgroup{});
+  auto thr_store = smem_store.get_thread_slice(thread % 128);
+  Tensor tOsO_store = thr_store.partition_D(sO);
+  Tensor mO = params.tma_o.get_tma_tensor(params.shape_q);
+
+  // Turns alternate WG0, WG1, WG0, ...: each warpgroup waits for its own turn barrier and, after issuing,
+  // arrives on the other's. Per work tile both warpgroups take num_tiles + 1 turns; warpgroup 1 gives
+  // warpgroup 0 its first turn up front and skips the arrival after its own last turn, so every arrival
+  // is matched within the work tile.
+  auto wait_turn = [&] { named_barrier_sync(kBarrierTurnWarpgroup0 + warpgroup, kTurnThreads); };
+  auto pass_turn = [&] { named_barrier_arrive(kBarrierTurnWarpgroup0 + (1 - warpgroup), kTurnThreads); };
+  // One arrival per consumer warp (the barriers count kConsumerWarps): every lane of the warp has passed
+  // the wgmma wait, so the GEMM that read the buffer is complete.
+  auto release = [&](uint64_t* empty_barrier) {
+    if (lane_leader) mbarrier_arrive(empty_barrier);
+  };
+
+  PipelineState<kStages> k_stage;  // stage of the K tile for the next S GEMM; runs on across work tiles
+  PipelineState<kStages> v_stage;  // stage of the V tile for the next O GEMM
+  uint32_t q_phase = 0;
+  for (int index = blockIdx.x; index < params.num_work_tiles; index += gridDim.x) {
+    FwdTile const tile = fwd_tile_at(params, index);
+    KvTileRange const range = kv_tile_range(params, tile.m_block);
+    int const row_base = tile.m_block * kBlockM;
+    auto mask_tile = [&](int n) {
+      apply_mask(scores, score_coords, row_base, n * kBlockN, params.seqlen_q, params.seqlen_k, params.causal != 0);
+    };
+    OnlineSoftmax<kRows, Config::kExp2PolyEvery> softmax(params.scale_log2);
+    float o_rescale[kRows];
+    clear(tOrO);
+
+    if (range.num_tiles > 0) {
+      if (warpgroup == 1) pass_turn();
+      // Q is read by every S GEMM of the work tile; it arrives once per work tile.
+      mbarrier_wait(&smem.q_full, q_phase);
+      q_phase ^= 1u;
+
+      // First KV tile: S only.
+      int n = range.num_tiles - 1;
+      wait_turn();
+      mbarrier_wait(&smem.k_full[k_stage.index], k_stage.phase);
+      warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), tSrS);
+      pass_turn();
+      warpgroup_wait<0>();
+      release(&smem.k_empty[k_stage.index]);
+      k_stage.advance();
+      if (n == 0) release(&smem.q_empty);  // that was the last S GEMM: the next Q may load
+      if (n >= range.first_masked) mask_tile(n);
+      softmax.template update<true>(scores, o_rescale);
+      convert_to_element(tOrP, tSrS);
+
+      // Steady state: S for tile n-1 and O += P V for tile n in flight together.
+      for (--n; n >= 0; --n) {
+        wait_turn();
+        mbarrier_wait(&smem.k_full[k_stage.index], k_stage.phase);
+        warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), tSrS);
+        mbarrier_wait(&smem.v_full[v_stage.index], v_stage.phase);
+        warpgroup_gemm<false, true>(mma_pv, tOrP_operand, tOrVt(_, _, _, v_stage.index), tOrO);
+        pass_turn();
+        warpgroup_wait<1>();  // the S GEMM (committed first) is done; O += P V may still run
+        release(&smem.k_empty[k_stage.index]);
+        k_stage.advance();
+        if (n == 0) release(&smem.q_empty);
+        if (n >= range.first_masked) mask_tile(n);
+        softmax.template update<false>(scores, o_rescale);
+        warpgroup_wait<0>();  // O += P V done: O may be rescaled and P overwritten
+        release(&smem.v_empty[v_stage.index]);
+        v_stage.advance();
+        scale_rows(output, o_rescale);
+        convert_to_element(tOrP, tSrS);
+      }
+
+      // Last KV tile: O += P V only.
+      wait_turn();
+      mbarrier_wait(&smem.v_full[v_stage.index], v_stage.phase);
+      warpgroup_gemm<false, true>(mma_pv, tOrP_operand, tOrVt(_, _, _, v_stage.index), tOrO);
+      if (warpgroup == 0) pass_turn();
+      warpgroup_wait<0>();
+      release(&smem.v_empty[v_stage.index]);
+      v_stage.advance();
+    }
+
+    // ---- epilogue: normalise, write LSE, stage O in shared memory, TMA-store it ----
+    float inv_sum[kRows], lse[kRows];
+    softmax.finalize(params.softmax_scale, inv_sum, lse);
+    scale_rows(output, inv_sum);
+    if (get<1>(output_coords(0, 0)) == 0) {  // the lane of each quad that holds column 0 writes the row's LSE
+      float* lse_head = params.lse + (int64_t(tile.batch) * params.heads_q + tile.head_q) * params.seqlen_q;
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        int const row = row_base + get<0>(output_coords(r, 0));
+        if (row < params.seqlen_q) lse_head[row] = lse[r];
+      }
+    }
+    Tensor rO = make_tensor<Element>(tOrO.layout());
+    convert_to_element(rO, tOrO);
+
+    // The previous work tile's TMA store must have read sO before it is overwritten.
+    if (store_leader) tma_store_wait<0>();
+    named_barrier_sync(kBarrierEpilogueWarpgroup0 + warpgroup, 128);
+    copy(smem_store, thr_store.retile_S(rO), tOsO_store);
+    // stmatrix writes through the generic proxy, the TMA store reads through the async proxy: each writer
+    // fences, then the warpgroup barrier guarantees all 64 rows are written before the store is issued.
+    cutlass::arch::fence_view_async_shared();
+    named_barrier_sync(kBarrierEpilogueWarpgroup0 + warpgroup, 128);
+    if (store_leader) {
+      Tensor gO = local_tile(mO(_, _, tile.head_q, tile.batch),
+                             Shape<Int<Config::kRowsPerWarpgroup>, Int<kHeadDim>>{},
+                             make_coord(tile.m_block * Config::kConsumerWarpgroups + warpgroup, _0{}));
+      auto [tOgO, tOsO] = tma_partition(params.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO),
+                                        group_modes<0, 2>(gO));
+      copy(params.tma_o, tOsO, tOgO);
+      tma_store_arrive();
+    }
+  }
+  // The CTA may exit right after: keep its shared memory alive until the last TMA store has read it.
+  if (store_leader) tma_store_wait<0>();
+}
+
+template <class Config>
+__global__ void __launch_bounds__(Config::kThreads, 1)
+    attention_fwd_sm90(CUTE_GRID_CONSTANT FwdParams<Config> const params) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // 128-byte swizzled tiles need 1024-byte alignment; the host asked for 1 KB of slack.
+  auto& smem = *reinterpret_cast<FwdSharedStorage<Config>*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+
+  int const warp = cutlass::canonical_warp_idx_sync();
+  int const warpgroup = cutlass::canonical_warp_group_idx();
+
+  if (warp == 0 && cute::elect_one_sync()) {
+    mbarrier_init(&smem.q_full, 1);  // the producer's arrive_expect_tx
+    mbarrier_init(&smem.q_empty, Config::kConsumerWarps);
+    CUTE_UNROLL
+    for (int s = 0; s < Config::kStages; ++s) {
+      mbarrier_init(&smem.k_full[s], 1);
+      mbarrier_init(&smem.v_full[s], 1);
+      mbarrier_init(&smem.k_empty[s], Config::kConsumerWarps);
+      mbarrier_init(&smem.v_empty[s], Config::kConsumerWarps);
+    }
+    cutlass::arch::fence_barrier_init();  // make the initialised barriers visible to the TMA unit
+  }
+  // No thread may touch a barrier before it is initialised.
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
+    if (warp == 0 && cute::elect_one_sync()) {
+      cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+      fwd_produce(params, smem);
+    }
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Config::kConsumerRegisters>();
+    fwd_consume(params, smem, warpgroup - 1, int(threadIdx.x) - 128);
+  }
+}
+
+}  // namespace dash::sm90

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: Apache-2.0
+// fwd_sm90_launch.cuh — host side of the Hopper forward kernel: turns a validated FwdLaunch into kernel
+// parameters (TMA descriptors over the caller's strided tensors), picks the grid and launches on the caller's
+// stream. Included only by the per-instantiation .cu files. Policy (validation, defaults) lives in
+// fwd_api.cpp; this file only translates.
+#pragma once
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "fwd_dispatch.h"
+#include "fwd_sm90_config.cuh"
+#include "fwd_sm90_kernel.cuh"
+
+namespace dash::cuda {
+
+template <dash_dtype kDtype>
+struct ElementOf;
+template <>
+struct ElementOf<DASH_DTYPE_BF16> {
+  using type = cute::bfloat16_t;
+};
+template <>
+struct ElementOf<DASH_DTYPE_FP16> {
+  using type = cute::half_t;
+};
+
+namespace detail {
+
+// CuTe encodes the descriptor with cuTensorMapEncodeTiled and, on failure, only asserts (compiled out in
+// release builds), leaving the descriptor zeroed. A zeroed descriptor therefore means the encoding failed.
+inline bool tma_descriptor_is_zero(void const* descriptor, size_t bytes) {
+  unsigned char const* p = static_cast<unsigned char const*>(descriptor);
+  for (size_t i = 0; i < bytes; ++i) {
+    if (p[i] != 0) return false;
+  }
+  return true;
+}
+
+template <class Config>
+auto make_gmem_tensor(dash_tensor const& t, int seqlen, int heads, int batch) {
+  using namespace cute;
+  using Element = typename Config::Element;
+  return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data)),
+                     make_layout(make_shape(int32_t(seqlen), Int<Config::kHeadDim>{}, int32_t(heads), int32_t(batch)),
+                                 make_stride(int64_t(t.seq_stride), _1{}, int64_t(t.head_stride),
+                                             int64_t(t.batch_stride))));
+}
+
+}  // namespace detail
+
+template <int kHeadDim, dash_dtype kDtype>
+int fwd_sm90_smem_bytes() {
+  return sm90::fwd_smem_bytes<sm90::FwdConfig<kHeadDim, typename ElementOf<kDtype>::type>>();
+}
+
+template <int kHeadDim, dash_dtype kDtype>
+dash_status run_fwd_sm90(FwdLaunch const& launch, std::string& error) {
+  using namespace cute;
+  using Config = sm90::FwdConfig<kHeadDim, typename ElementOf<kDtype>::type>;
+  dash_fwd_args const& a = launch.args;
+  dash_problem const& pr = a.problem;
+
+  auto gQ = detail::make_gmem_tensor<Config>(a.q, pr.seqlen_q, pr.heads_q, pr.batch);
+  auto gK = detail::make_gmem_tensor<Config>(a.k, pr.seqlen_k, pr.heads_kv, pr.batch);
+  auto gV = detail::make_gmem_tensor<Config>(a.v, pr.seqlen_k, pr.heads_kv, pr.batch);
+  auto gO = detail::make_gmem_tensor<Config>(a.o, pr.seqlen_q, pr.heads_q, pr.batch);
+
+  int const num_m_blocks = (pr.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+  int64_t const num_tiles = int64_t(num_m_blocks) * pr.heads_q * pr.batch;
+  if (num_tiles > int64_t(INT32_MAX)) {
+    error = "problem: " + std::to_string(num_tiles) + " work tiles (128 query rows x heads x batch) exceed 2^31";
+    return DASH_ERROR_UNSUPPORTED;
+  }
+  // Full mask: persistent, one CTA per SM (one fits per SM) looping over equal work tiles, so the next
+  // tile's loads overlap the current tile's tail. Causal: one CTA per tile, dispatched by the hardware
+  // longest first (see fwd_tile_at).
+  int device = 0, num_sms = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
+  if (status != cudaSuccess) {
+    error = std::string("cudaDeviceGetAttribute(MultiProcessorCount): ") + cudaGetErrorString(status);
+    return DASH_ERROR_CUDA;
+  }
+  sm90::FwdParams<Config> params{
+      make_tma_copy(SM90_TMA_LOAD{}, gQ, typename Config::SmemLayoutQ{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gK, typename Config::SmemLayoutKVStage{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gV, typename Config::SmemLayoutKVStage{}),
+      make_tma_copy(SM90_TMA_STORE{}, gO, typename Config::SmemLayoutOHalf{}),
+      gQ.shape(),
+      gK.shape(),
+      a.lse,
+      pr.seqlen_q,
+      pr.seqlen_k,
+      pr.heads_q,
+      pr.heads_q / pr.heads_kv,
+      num_m_blocks,
+      int32_t(num_tiles),
+      pr.mask_kind == DASH_MASK_CAUSAL ? 1 : 0,
+      a.softmax_scale,
+      float(double(a.softmax_scale) * 1.4426950408889634),  // log2(e)
+  };
+
+  struct Named {
+    char const* name;
+    void const* descriptor;
+  };
+  Named const descriptors[] = {{"q", params.tma_q.get_tma_descriptor()},
+                               {"k", params.tma_k.get_tma_descriptor()},
+                               {"v", params.tma_v.get_tma_descriptor()},
+                               {"o", params.tma_o.get_tma_descriptor()}};
+  for (Named const& d : descriptors) {
+    if (detail::tma_descriptor_is_zero(d.descriptor, sizeof(cute::TmaDescriptor))) {
+      error = std::string(d.name) + ": cuTensorMapEncodeTiled rejected the tensor (TMA descriptor not encoded)";
+      return DASH_ERROR_CUDA;
+    }
+  }
+
+  auto kernel = sm90::attention_fwd_sm90<Config>;
+  int const smem_bytes = sm90::fwd_smem_bytes<Config>();
+  // Per call, not cached: the attribute is per device, and this is a cheap host-side call that is legal
+  // during stream capture.
+  status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (status != cudaSuccess) {
+    error = std::string("cudaFuncSetAttribute(MaxDynamicSharedMemorySize = ") + std::to_string(smem_bytes) +
+            "): " + cudaGetErrorString(status);
+    return DASH_ERROR_CUDA;
+  }
+  bool const causal = pr.mask_kind == DASH_MASK_CAUSAL;
+  dim3 const grid(unsigned(causal ? num_tiles : std::min<int64_t>(num_tiles, num_sms)));
+  kernel<<<grid, Config::kThreads, smem_bytes, launch.stream>>>(params);
+  status = cudaGetLastError();
+  if (status != cudaSuccess) {
+    error = std::string("launch of attention_fwd_sm90<hdim ") + std::to_string(kHeadDim) + ">: " +
+            cudaGetErrorString(status);
+    return DASH_ERROR_CUDA;
+  }
+  return DASH_OK;
+}
+
+}  // namespace dash::cuda
+
+#define DASH_INSTANTIATE_FWD_SM90(HDIM, DTYPE)                                                           \
+  template dash_status dash::cuda::run_fwd_sm90<HDIM, DTYPE>(dash::cuda::FwdLaunch const&, std::string&); \
+  template int dash::cuda::fwd_sm90_smem_bytes<HDIM, DTYPE>();

@@ -1,0 +1,489 @@
+// SPDX-License-Identifier: Apache-2.0
+// test_backward.cpp — the plan-executing backward kernel (src/cuda/bwd/) against a float64 CPU reference:
+// dQ/dK/dV for full/causal masks, head dims 64/128, odd and unequal lengths, GQA (split and packed) and MQA;
+// bitwise reproducibility over 5 runs for every deterministic schedule; the dQ accumulation order the
+// kernel actually executed (the debug order log) equals the plan's; a single-CTA plan; non-deterministic
+// mode within tolerance; argument checks. GPU tests skip, saying so, where no CUDA device is present.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include "dash/dash_attn.h"
+#include "dash/plan.hpp"
+
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: backward GPU test skipped"
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Case {
+  int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+  dash_mask_kind mask;
+  std::string name() const {
+    return "b" + std::to_string(batch) + "_h" + std::to_string(heads_q) + "-" + std::to_string(heads_kv) + "_sq" +
+           std::to_string(seqlen_q) + "_sk" + std::to_string(seqlen_k) + "_d" + std::to_string(head_dim) +
+           (mask == DASH_MASK_CAUSAL ? "_causal" : "_full");
+  }
+  dash_problem problem() const {
+    dash_problem p{};
+    p.batch = batch;
+    p.heads_q = heads_q;
+    p.heads_kv = heads_kv;
+    p.seqlen_q = seqlen_q;
+    p.seqlen_k = seqlen_k;
+    p.head_dim = head_dim;
+    p.mask_kind = mask;
+    p.window_left = p.window_right = -1;
+    return p;
+  }
+};
+
+// Host tensors (packed [batch, seq, heads, dim], values exactly representable in bf16) and the float64
+// reference gradients.
+struct Problem {
+  Case c;
+  float scale;
+  std::vector<uint16_t> q, k, v, o, dout;
+  std::vector<float> lse;
+  std::vector<double> dq, dk, dv;
+
+  size_t idx(int b, int s, int h, int d, int seqlen, int heads) const {
+    return ((size_t(b) * seqlen + s) * heads + h) * c.head_dim + d;
+  }
+
+  explicit Problem(const Case& cs, uint32_t seed) : c(cs) {
+    scale = float(1.0 / std::sqrt(double(c.head_dim)));
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    auto fill = [&](std::vector<uint16_t>& t, size_t n) {
+      t.resize(n);
+      for (auto& x : t) x = to_bf16(u(rng));
+    };
+    const size_t nq = size_t(c.batch) * c.seqlen_q * c.heads_q * c.head_dim;
+    const size_t nk = size_t(c.batch) * c.seqlen_k * c.heads_kv * c.head_dim;
+    fill(q, nq);
+    fill(k, nk);
+    fill(v, nk);
+    fill(dout, nq);
+    o.assign(nq, 0);
+    lse.assign(size_t(c.batch) * c.heads_q * c.seqlen_q, 0.f);
+    dq.assign(nq, 0.0);
+    dk.assign(nk, 0.0);
+    dv.assign(nk, 0.0);
+    reference();
+  }
+
+  // Forward (its own LSE and O, rounded to bf16 as the forward kernel would store O), then the backward in fp64.
+  void reference() {
+    const int D = c.head_dim, sq = c.seqlen_q, sk = c.seqlen_k, G = c.heads_q / c.heads_kv;
+    std::vector<double> p(sk), dp(sk);
+    for (int b = 0; b < c.batch; ++b)
+      for (int h = 0; h < c.heads_q; ++h) {
+        const int hk = h / G;
+        for (int i = 0; i < sq; ++i) {
+          const int last_key = c.mask == DASH_MASK_CAUSAL ? std::min(sk - 1, i + sk - sq) : sk - 1;
+          double mx = -std::numeric_limits<double>::infinity();
+          for (int j = 0; j <= last_key; ++j) {
+            double s = 0;
+            for (int d = 0; d < D; ++d) s += double(from_bf16(q[idx(b, i, h, d, sq, c.heads_q)])) *
+                                            from_bf16(k[idx(b, j, hk, d, sk, c.heads_kv)]);
+            p[j] = s * scale;
+            mx = std::max(mx, p[j]);
+          }
+          float& lse_out = lse[(size_t(b) * c.heads_q + h) * sq + i];
+          if (last_key < 0) {  // the row sees no key: O = 0, LSE = -inf, zero gradients
+            lse_out = -std::numeric_limits<float>::infinity();
+            continue;
+          }
+          double sum = 0;
+          for (int j = 0; j <= last_key; ++j) sum += std::exp(p[j] - mx);
+          const double l = mx + std::log(sum);
+          lse_out = float(l);
+          for (int j = 0; j <= last_key; ++j) p[j] = std::exp(p[j] - double(lse_out));
+          std::vector<double> orow(D, 0.0);
+          for (int j = 0; j <= last_key; ++j)
+            for (int d = 0; d < D; ++d) orow[d] += p[j] * from_bf16(v[idx(b, j, hk, d, sk, c.heads_kv)]);
+          double delta = 0;
+          for (int d = 0; d < D; ++d) {
+            const uint16_t ob = to_bf16(float(orow[d]));
+            o[idx(b, i, h, d, sq, c.heads_q)] = ob;
+            delta += double(from_bf16(ob)) * from_bf16(dout[idx(b, i, h, d, sq, c.heads_q)]);
+          }
+          for (int j = 0; j <= last_key; ++j) {
+            double s = 0;
+            for (int d = 0; d < D; ++d) s += double(from_bf16(dout[idx(b, i, h, d, sq, c.heads_q)])) *
+                                            from_bf16(v[idx(b, j, hk, d, sk, c.heads_kv)]);
+            dp[j] = s;
+          }
+          for (int j = 0; j <= last_key; ++j) {
+            const double ds = p[j] * (dp[j] - delta);
+            for (int d = 0; d < D; ++d) {
+              dq[idx(b, i, h, d, sq, c.heads_q)] += scale * ds * from_bf16(k[idx(b, j, hk, d, sk, c.heads_kv)]);
+              dk[idx(b, j, hk, d, sk, c.heads_kv)] += scale * ds * from_bf16(q[idx(b, i, h, d, sq, c.heads_q)]);
+              dv[idx(b, j, hk, d, sk, c.heads_kv)] += p[j] * from_bf16(dout[idx(b, i, h, d, sq, c.heads_q)]);
+            }
+          }
+        }
+      }
+  }
+};
+
+// Device buffers for one problem, the plan, and the workspace.
+struct BwdRun {
+  const Problem& pr;
+  uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *dout = nullptr;
+  uint16_t *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  float* lse = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  int64_t* order_log = nullptr;
+  dash_plan_t plan = nullptr;
+  dash_bwd_args args{};
+
+  explicit BwdRun(const Problem& p) : pr(p) {}
+  ~BwdRun() {
+    for (void* ptr : {(void*)q, (void*)k, (void*)v, (void*)o, (void*)dout, (void*)dq, (void*)dk, (void*)dv,
+                      (void*)lse, workspace, (void*)order_log})
+      if (ptr) cudaFree(ptr);
+    dash_plan_destroy(plan);
+  }
+
+  static dash_tensor tensor(void* data, int seqlen, int heads, int dim) {
+    return dash_tensor{data, int64_t(seqlen) * heads * dim, int64_t(heads) * dim, int64_t(dim)};
+  }
+
+  // Returns an empty string on success, else the failure.
+  std::string setup(const char* schedule, int num_ctas, int gqa_mode) {
+    const Case& c = pr.c;
+    dash_problem problem = c.problem();
+    if (dash_plan_create(&problem, schedule, num_ctas, gqa_mode, &plan) != DASH_OK) {
+      return std::string("dash_plan_create: ") + dash_last_error();
+    }
+    auto upload = [](uint16_t*& dst, const std::vector<uint16_t>& src) {
+      cudaMalloc(reinterpret_cast<void**>(&dst), src.size() * 2);
+      cudaMemcpy(dst, src.data(), src.size() * 2, cudaMemcpyHostToDevice);
+    };
+    upload(q, pr.q);
+    upload(k, pr.k);
+    upload(v, pr.v);
+    upload(o, pr.o);
+    upload(dout, pr.dout);
+    cudaMalloc(reinterpret_cast<void**>(&dq), pr.q.size() * 2);
+    cudaMalloc(reinterpret_cast<void**>(&dk), pr.k.size() * 2);
+    cudaMalloc(reinterpret_cast<void**>(&dv), pr.k.size() * 2);
+    cudaMalloc(reinterpret_cast<void**>(&lse), pr.lse.size() * 4);
+    cudaMemcpy(lse, pr.lse.data(), pr.lse.size() * 4, cudaMemcpyHostToDevice);
+    args.problem = problem;
+    args.dtype = DASH_DTYPE_BF16;
+    args.q = tensor(q, c.seqlen_q, c.heads_q, c.head_dim);
+    args.k = tensor(k, c.seqlen_k, c.heads_kv, c.head_dim);
+    args.v = tensor(v, c.seqlen_k, c.heads_kv, c.head_dim);
+    args.o = tensor(o, c.seqlen_q, c.heads_q, c.head_dim);
+    args.dout = tensor(dout, c.seqlen_q, c.heads_q, c.head_dim);
+    args.dq = tensor(dq, c.seqlen_q, c.heads_q, c.head_dim);
+    args.dk = tensor(dk, c.seqlen_k, c.heads_kv, c.head_dim);
+    args.dv = tensor(dv, c.seqlen_k, c.heads_kv, c.head_dim);
+    args.lse = lse;
+    args.softmax_scale = 0.f;
+    workspace_bytes = dash_bwd_workspace_size(&args, plan);
+    if (workspace_bytes == 0) return std::string("dash_bwd_workspace_size: ") + dash_last_error();
+    if (cudaMalloc(&workspace, workspace_bytes) != cudaSuccess) return "cudaMalloc(workspace)";
+    // Poison the workspace: deterministic mode must not depend on its contents.
+    cudaMemset(workspace, 0x7f, workspace_bytes);
+    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return cudaGetErrorString(e);
+    return "";
+  }
+
+  // One backward; outputs poisoned first (0xFFFF = NaN in bf16) so that unwritten elements show.
+  std::string run(int deterministic) {
+    cudaMemset(dq, 0xff, pr.q.size() * 2);
+    cudaMemset(dk, 0xff, pr.k.size() * 2);
+    cudaMemset(dv, 0xff, pr.k.size() * 2);
+    if (dash_bwd(&args, plan, deterministic, workspace, workspace_bytes, nullptr) != DASH_OK) {
+      return std::string("dash_bwd: ") + dash_last_error();
+    }
+    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return std::string("kernel: ") + cudaGetErrorString(e);
+    return "";
+  }
+
+  void download(std::vector<uint16_t>& hq, std::vector<uint16_t>& hk, std::vector<uint16_t>& hv) {
+    hq.resize(pr.q.size());
+    hk.resize(pr.k.size());
+    hv.resize(pr.k.size());
+    cudaMemcpy(hq.data(), dq, hq.size() * 2, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hk.data(), dk, hk.size() * 2, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hv.data(), dv, hv.size() * 2, cudaMemcpyDeviceToHost);
+  }
+};
+
+// ||out - ref|| / ||ref|| (NaN if any output is NaN), and max |out - ref|.
+struct GradError {
+  double rel = 0, max_abs = 0;
+  bool nan = false;
+};
+GradError compare(const std::vector<uint16_t>& out, const std::vector<double>& ref) {
+  GradError e;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double x = from_bf16(out[i]);
+    if (std::isnan(x)) e.nan = true;
+    num += (x - ref[i]) * (x - ref[i]);
+    den += ref[i] * ref[i];
+    e.max_abs = std::max(e.max_abs, std::abs(x - ref[i]));
+  }
+  e.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return e;
+}
+
+void expect_close(BwdRun& r, const std::string& what) {
+  std::vector<uint16_t> hq, hk, hv;
+  r.download(hq, hk, hv);
+  const char* names[] = {"dQ", "dK", "dV"};
+  const std::vector<uint16_t>* outs[] = {&hq, &hk, &hv};
+  const std::vector<double>* refs[] = {&r.pr.dq, &r.pr.dk, &r.pr.dv};
+  for (int t = 0; t < 3; ++t) {
+    const GradError e = compare(*outs[t], *refs[t]);
+    // bf16 inputs and outputs: relative errors land between 1e-3 and 1e-2.
+    EXPECT_FALSE(e.nan) << what << " " << names[t] << ": NaN (unwritten or invalid output)";
+    EXPECT_LT(e.rel, 2e-2) << what << " " << names[t] << ": rel " << e.rel << " max_abs " << e.max_abs;
+    std::printf("  %-48s %s rel %.3e max_abs %.3e\n", what.c_str(), names[t], e.rel, e.max_abs);
+  }
+}
+
+// Checks the executed dQ order (debug log) against the plan: entry [accumulator][rank] holds the (ticket,
+// visit) the plan assigns to that rank; ranks beyond dq_count stay untouched (-1).
+void expect_order_matches_plan(BwdRun& r) {
+  const void* data = nullptr;
+  size_t bytes = 0;
+  ASSERT_EQ(dash_plan_blob(r.plan, &data, &bytes), DASH_OK);
+  const dash::Plan plan = dash::Plan::from_blob(static_cast<const uint8_t*>(data), bytes);
+  const dash_plan_header& h = plan.header;
+  const Case& c = r.pr.c;
+  const size_t accumulators = size_t(c.batch) * c.heads_q * h.num_q_tiles;
+  std::vector<int64_t> log(accumulators * h.num_kv_tiles);
+  cudaMemcpy(log.data(), r.order_log, log.size() * 8, cudaMemcpyDeviceToHost);
+  std::vector<int64_t> expected(log.size(), -1);
+  const int G = c.heads_q / c.heads_kv;
+  for (int unit = 0; unit < h.num_units; ++unit) {
+    for (int item = 0; item < h.items_per_unit; ++item) {
+      const int64_t ticket = int64_t(unit) * h.items_per_unit + item;
+      const dash_item& it = plan.items[item];
+      for (int s = it.first_segment; s < it.first_segment + it.num_segments; ++s) {
+        const dash_segment& seg = plan.segments[s];
+        for (int vi = seg.first_visit; vi < seg.first_visit + seg.num_visits; ++vi) {
+          const dash_visit& v = plan.visits[vi];
+          int b, head;
+          if (h.gqa_mode == DASH_GQA_PACK_GROUP) {
+            b = unit / c.heads_kv;
+            head = (unit % c.heads_kv) * G + v.head_in_unit;
+          } else {
+            b = unit / c.heads_q;
+            const int rr = unit % c.heads_q;
+            head = (rr / G) * G + plan.group_head_by_rank[rr % G];
+          }
+          const size_t acc = (size_t(b) * c.heads_q + head) * h.num_q_tiles + v.q_tile;
+          expected[acc * h.num_kv_tiles + v.dq_rank] = (ticket << 32) | uint32_t(vi);
+        }
+      }
+    }
+  }
+  size_t mismatches = 0;
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (log[i] != expected[i] && mismatches++ < 5) {
+      ADD_FAILURE() << "order log [acc " << i / h.num_kv_tiles << ", rank " << i % h.num_kv_tiles << "]: executed "
+                    << (log[i] >> 32) << "/" << (log[i] & 0xffffffff) << ", plan " << (expected[i] >> 32) << "/"
+                    << (expected[i] & 0xffffffff);
+    }
+  }
+  EXPECT_EQ(mismatches, 0u) << "executed dQ accumulation order differs from the plan";
+}
+
+// ---- correctness against the reference ----------------------------------------------------------------
+
+struct AccuracyParam {
+  Case c;
+  const char* schedule;
+  int gqa_mode;
+  int deterministic;
+};
+
+class BackwardAccuracy : public ::testing::TestWithParam<AccuracyParam> {};
+
+TEST_P(BackwardAccuracy, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const AccuracyParam& ap = GetParam();
+  Problem pr(ap.c, 1234);
+  BwdRun r(pr);
+  const std::string err = r.setup(ap.schedule, 0, ap.gqa_mode);
+  ASSERT_EQ(err, "");
+  ASSERT_EQ(r.run(ap.deterministic), "");
+  expect_close(r, ap.c.name() + "/" + ap.schedule + (ap.deterministic ? "/det" : "/nondet") +
+                      (ap.gqa_mode == DASH_GQA_PACK_GROUP ? "/pack" : ""));
+}
+
+std::vector<AccuracyParam> accuracy_params() {
+  std::vector<AccuracyParam> out;
+  for (int d : {64, 128})
+    for (dash_mask_kind m : {DASH_MASK_FULL, DASH_MASK_CAUSAL}) {
+      for (auto [sq, sk] : {std::pair{1, 1}, {113, 113}, {127, 129}, {129, 127}, {1000, 1000}, {64, 300}, {300, 64}}) {
+        const int batch = sq >= 1000 ? 1 : 2;
+        out.push_back({{batch, 2, 2, sq, sk, d, m}, "auto", DASH_GQA_SPLIT_HEADS, 1});
+      }
+      out.push_back({{1, 2, 2, 257, 257, d, m}, "auto", DASH_GQA_SPLIT_HEADS, 0});
+      out.push_back({{1, 8, 2, 200, 200, d, m}, "auto", DASH_GQA_SPLIT_HEADS, 1});  // GQA 8/2 split
+      out.push_back({{1, 8, 2, 200, 200, d, m}, "auto", DASH_GQA_PACK_GROUP, 1});   // GQA 8/2 packed
+      out.push_back({{1, 4, 1, 150, 150, d, m}, "auto", DASH_GQA_SPLIT_HEADS, 1});  // MQA
+      out.push_back({{1, 4, 1, 150, 150, d, m}, "auto", DASH_GQA_SPLIT_HEADS, 0});  // MQA non-det
+    }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BackwardAccuracy, ::testing::ValuesIn(accuracy_params()),
+                         [](const ::testing::TestParamInfo<AccuracyParam>& info) {
+                           std::string n = info.param.c.name() + "_" + info.param.schedule +
+                                           (info.param.deterministic ? "_det" : "_nondet") +
+                                           (info.param.gqa_mode == DASH_GQA_PACK_GROUP ? "_pack" : "");
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// ---- determinism and executed order, every schedule ---------------------------------------------------
+
+struct ScheduleParam {
+  Case c;
+  const char* schedule;
+  int gqa_mode;
+};
+class BackwardDeterminism : public ::testing::TestWithParam<ScheduleParam> {};
+
+TEST_P(BackwardDeterminism, BitwiseAcrossRunsAndOrderFollowsPlan) {
+  SKIP_WITHOUT_GPU();
+  const ScheduleParam& sp = GetParam();
+  Problem pr(sp.c, 99);
+  BwdRun r(pr);
+  const std::string err = r.setup(sp.schedule, 0, sp.gqa_mode);
+  if (err.find("cannot") != std::string::npos) GTEST_SKIP() << err;  // planner not applicable to this shape
+  ASSERT_EQ(err, "");
+  const void* data = nullptr;
+  size_t bytes = 0;
+  ASSERT_EQ(dash_plan_blob(r.plan, &data, &bytes), DASH_OK);
+  const auto* header = static_cast<const dash_plan_header*>(data);
+  const size_t log_entries = size_t(sp.c.batch) * sp.c.heads_q * header->num_q_tiles * header->num_kv_tiles;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&r.order_log), log_entries * 8), cudaSuccess);
+  r.args.debug_order_log = r.order_log;
+
+  std::vector<uint16_t> q0, k0, v0, q1, k1, v1;
+  for (int run = 0; run < 5; ++run) {
+    cudaMemset(r.order_log, 0xff, log_entries * 8);
+    ASSERT_EQ(r.run(1), "") << "run " << run;
+    if (run == 0) {
+      r.download(q0, k0, v0);
+      expect_close(r, sp.c.name() + "/" + sp.schedule);
+      expect_order_matches_plan(r);
+    } else {
+      r.download(q1, k1, v1);
+      EXPECT_TRUE(q0 == q1) << "dQ differs in run " << run;
+      EXPECT_TRUE(k0 == k1) << "dK differs in run " << run;
+      EXPECT_TRUE(v0 == v1) << "dV differs in run " << run;
+    }
+  }
+}
+
+std::vector<ScheduleParam> schedule_params() {
+  std::vector<ScheduleParam> out;
+  for (const char* s : {"ascending", "descending", "shift", "symmetric-shift", "auto"}) {
+    out.push_back({{2, 2, 2, 1000, 1000, 64, DASH_MASK_CAUSAL}, s, DASH_GQA_SPLIT_HEADS});
+    out.push_back({{1, 2, 2, 777, 777, 128, DASH_MASK_CAUSAL}, s, DASH_GQA_SPLIT_HEADS});
+    out.push_back({{1, 2, 2, 640, 640, 128, DASH_MASK_FULL}, s, DASH_GQA_SPLIT_HEADS});
+    out.push_back({{1, 8, 2, 300, 300, 128, DASH_MASK_CAUSAL}, s, DASH_GQA_SPLIT_HEADS});
+  }
+  out.push_back({{1, 8, 2, 300, 300, 128, DASH_MASK_CAUSAL}, "ascending", DASH_GQA_PACK_GROUP});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, BackwardDeterminism, ::testing::ValuesIn(schedule_params()),
+                         [](const ::testing::TestParamInfo<ScheduleParam>& info) {
+                           std::string n = info.param.c.name() + "_" + info.param.schedule +
+                                           (info.param.gqa_mode == DASH_GQA_PACK_GROUP ? "_pack" : "");
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+TEST(Backward, SingleCtaAscendingCompletes) {
+  SKIP_WITHOUT_GPU();
+  Problem pr({1, 2, 2, 500, 500, 128, DASH_MASK_CAUSAL}, 7);
+  BwdRun r(pr);
+  ASSERT_EQ(r.setup("ascending", 1, DASH_GQA_SPLIT_HEADS), "");
+  ASSERT_EQ(r.run(1), "");
+  expect_close(r, "single-cta/ascending");
+}
+
+// ---- argument checks (run without a GPU only as far as they touch no device) ----------------------------
+
+TEST(BackwardArgs, PlanCreateRejectsBadSchedule) {
+  SKIP_WITHOUT_GPU();
+  dash_problem p = Case{1, 2, 2, 128, 128, 64, DASH_MASK_FULL}.problem();
+  dash_plan_t plan = nullptr;
+  EXPECT_EQ(dash_plan_create(&p, "no-such-schedule", 0, DASH_GQA_SPLIT_HEADS, &plan), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("schedule"), std::string::npos) << dash_last_error();
+  EXPECT_EQ(plan, nullptr);
+}
+
+TEST(BackwardArgs, NullsAndMismatchesAreNamed) {
+  SKIP_WITHOUT_GPU();
+  Problem pr({1, 2, 2, 128, 128, 64, DASH_MASK_FULL}, 3);
+  BwdRun r(pr);
+  ASSERT_EQ(r.setup("ascending", 0, DASH_GQA_SPLIT_HEADS), "");
+  dash_bwd_args a = r.args;
+  a.dq.data = nullptr;
+  EXPECT_EQ(dash_bwd(&a, r.plan, 1, r.workspace, r.workspace_bytes, nullptr), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("dq.data"), std::string::npos) << dash_last_error();
+  a = r.args;
+  a.problem.seqlen_q = 129;
+  EXPECT_EQ(dash_bwd(&a, r.plan, 1, r.workspace, r.workspace_bytes, nullptr), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("problem"), std::string::npos) << dash_last_error();
+  a = r.args;
+  a.k.seq_stride = 100;
+  EXPECT_EQ(dash_bwd(&a, r.plan, 1, r.workspace, r.workspace_bytes, nullptr), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("k.seq_stride"), std::string::npos) << dash_last_error();
+  EXPECT_EQ(dash_bwd(&r.args, r.plan, 1, r.workspace, r.workspace_bytes - 256, nullptr), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("workspace_bytes"), std::string::npos) << dash_last_error();
+  EXPECT_EQ(dash_bwd(&r.args, r.plan, 2, r.workspace, r.workspace_bytes, nullptr), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("deterministic"), std::string::npos) << dash_last_error();
+}
+
+}  // namespace
