@@ -41,7 +41,7 @@ def time_ms(fn, warmup=3, reps=10):
     return times[len(times) // 2], times[0], times[-1]
 
 
-def implementations(causal, hq, hk):
+def implementations(causal, hq, hk, with_flex=True):
     """name -> (forward(q, k, v) in (b, s, h, d), deterministic flag to set while it runs)."""
     gqa = hq != hk
 
@@ -61,6 +61,8 @@ def implementations(causal, hq, hk):
     impls["sdpa-flash"] = (sdpa(SDPBackend.FLASH_ATTENTION), False)
     impls["sdpa-flash-det"] = (sdpa(SDPBackend.FLASH_ATTENTION), True)
     impls["sdpa-cudnn"] = (sdpa(SDPBackend.CUDNN_ATTENTION), False)
+    if not with_flex:
+        return impls
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         flex = torch.compile(flex_attention, dynamic=False)
@@ -87,7 +89,7 @@ def bench_config(hd, seqlen, causal, hq, hk, meta, out, quick):
     dout = torch.randn_like(q)
     f = flops(batch, hq, seqlen, seqlen, hd, causal)
     rows = []
-    for name, (fwd, det) in implementations(causal, hq, hk).items():
+    for name, (fwd, det) in implementations(causal, hq, hk, with_flex=not quick).items():
         if quick and name.startswith("dash-") and name not in ("dash-nondet", "dash-auto", "dash-descending"):
             continue
         torch.use_deterministic_algorithms(det)
@@ -118,7 +120,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--commit", default="unknown")
-    ap.add_argument("--quick", action="store_true", help="fewer dash schedules, for a short device call")
+    ap.add_argument("--quick", action="store_true", help="fewer dash schedules and no FlexAttention (compiles per shape), for a short device call")
     ap.add_argument("--seqlens", default="", help="comma list to restrict the grid")
     args = ap.parse_args()
     prop = torch.cuda.get_device_properties(0)
