@@ -12,7 +12,10 @@
 #   env.txt build.log tests.log memcheck.log bench.log forward.jsonl [sdpa.jsonl] [variants.jsonl]
 # (--variants: the list `variants` below, one "name:defines:head_dim" each.)
 # Every step has a timeout, so a hung kernel costs minutes, not the whole call. Needs the CuTe headers in
-# .deps/cutlass (carry them) and GoogleTest (system, or carried in .carry/googletest).
+# .deps/cutlass (scripts/bootstrap.sh) and GoogleTest: the system's, or a source tree in .carry/googletest
+# (`mkdir -p .carry && cp -r /usr/src/googletest .carry/` on a machine with Debian's libgtest-dev). Through
+# the device tool: run `scripts/gpu_check.sh $(git rev-parse --short HEAD) --sdpa` with
+# carry [".deps/cutlass/cutlass_library/source/include", ".carry/googletest"].
 set -uo pipefail
 commit=${1:?usage: scripts/gpu_check.sh COMMIT [--sdpa] [--variants] [--repeat]}
 shift

@@ -104,9 +104,13 @@ struct OnlineSoftmax {
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) {
         float const x = fmaf(scores(r, c), scale_log2, -offset);
-        float p;
-        if (kExp2PolyEvery > 0 && c % kExp2PolyEvery == kExp2PolyEvery - 1) {  // folded: c is unrolled
-          p = exp2_polynomial(x);
+        float p = 0.f;
+        if constexpr (kExp2PolyEvery > 0) {
+          if (c % kExp2PolyEvery == kExp2PolyEvery - 1) {  // resolved at compile time: the loop is unrolled
+            p = exp2_polynomial(x);
+          } else {
+            p = exp2_approx(x);
+          }
         } else {
           p = exp2_approx(x);
         }
