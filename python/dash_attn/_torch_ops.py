@@ -62,7 +62,7 @@ def validate(q, k, v, causal, softmax_scale, schedule):
         raise TypeError(f"dash_attn: causal must be a bool, got {type(causal).__name__}")
 
 
-def supported_head_dims():
+def _query_supported_head_dims():
     if not LIB.dash_cuda_available():
         return ()
     LIB.dash_fwd_supported_head_dims.restype = ctypes.POINTER(ctypes.c_int32)
@@ -70,6 +70,14 @@ def supported_head_dims():
     while ptr[len(dims)] != 0:
         dims.append(int(ptr[len(dims)]))
     return tuple(dims)
+
+
+# Read once at import: validate() runs inside torch.compile'd code, where a ctypes call would break the graph.
+SUPPORTED_HEAD_DIMS = _query_supported_head_dims()
+
+
+def supported_head_dims():
+    return SUPPORTED_HEAD_DIMS
 
 
 def _problem(q, k, causal) -> _abi.Problem:
