@@ -2,7 +2,7 @@
 # Installs what the build needs and a fresh machine may lack. Idempotent; safe to rerun.
 #  - CuTe/CUTLASS headers: the nvidia-cutlass wheel at a pinned version, without its Python dependencies,
 #    unpacked under .deps/cutlass (only its headers are used: cutlass_library/source/include).
-#  - GoogleTest: Debian's libgtest-dev when the system has none.
+#  - GoogleTest and OpenSSL's libcrypto headers (SHA-256 in `dash-attn check`): Debian's packages when missing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 CUTLASS_VERSION=4.2.0.0
@@ -14,11 +14,14 @@ if [ ! -f "$cutlass_dir/cutlass_library/source/include/cute/tensor.hpp" ] \
     "nvidia-cutlass==$CUTLASS_VERSION"
   echo "$CUTLASS_VERSION" > "$cutlass_dir/VERSION"
 fi
-if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/local/include/gtest/gtest.h ]; then
+missing=()
+[ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+[ -f /usr/include/openssl/evp.h ] || missing+=(libssl-dev)
+if [ ${#missing[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq libgtest-dev >/dev/null
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "bootstrap: GoogleTest not found and apt-get unavailable; install GoogleTest" >&2; exit 1
+    echo "bootstrap: install ${missing[*]} (apt-get is not available here)" >&2; exit 1
   fi
 fi

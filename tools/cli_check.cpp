@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dash-attn check`: runs the backward N times on the same random inputs and prints a SHA-256 of dQ, dK and
+// dV per run, so that anyone can see (and compare across machines) that the gradients are bitwise
+// reproducible. On the GPU it calls the C ABI's kernels; with --device cpu, the CPU backend.
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifdef DASH_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "cli_args.hpp"
+#include "dash/dash_attn.h"
+
+namespace dash::cli {
+namespace {
+
+std::string sha256_hex(const void* data, size_t bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(data, bytes, digest, &length, EVP_sha256(), nullptr) != 1) throw Error("check", "SHA-256 failed");
+  std::string hex;
+  char byte[3];
+  for (unsigned int i = 0; i < length; ++i) {
+    std::snprintf(byte, sizeof byte, "%02x", digest[i]);
+    hex += byte;
+  }
+  return hex;
+}
+
+void require(dash_status status, const char* call) {
+  if (status != DASH_OK) throw Error(call, dash_last_error());
+}
+
+// Dense (batch, seqlen, heads, head_dim) strides in elements.
+dash_tensor dense(void* data, const Problem& p, bool keys) {
+  const int64_t heads = keys ? p.heads_kv : p.heads_q, seqlen = keys ? p.seqlen_k : p.seqlen_q;
+  return {data, seqlen * heads * p.head_dim, heads * p.head_dim, p.head_dim};
+}
+
+struct RandomInputs {
+  std::vector<float> q, k, v, d_o;
+};
+
+RandomInputs random_inputs(const Problem& p, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  auto fill = [&](bool keys) {
+    std::vector<float> x(size_t(p.batch) * (keys ? p.seqlen_k * int64_t(p.heads_kv) : p.seqlen_q * int64_t(p.heads_q)) *
+                         p.head_dim);
+    for (float& e : x) e = normal(rng);
+    return x;
+  };
+  RandomInputs in;
+  in.q = fill(false);
+  in.k = fill(true);
+  in.v = fill(true);
+  in.d_o = fill(false);
+  return in;
+}
+
+struct RunHashes {
+  std::string dq, dk, dv;
+};
+
+std::vector<RunHashes> check_on_cpu(const Problem& p, const std::string& schedule, int runs, uint32_t seed,
+                                    std::string& planner) {
+  RandomInputs in = random_inputs(p, seed);
+  std::vector<float> o(in.q.size()), lse(size_t(p.batch) * p.heads_q * p.seqlen_q);
+  std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
+  const dash_problem cp = p.to_c();
+  dash_fwd_args fwd{cp, DASH_DTYPE_FP32, dense(in.q.data(), p, false), dense(in.k.data(), p, true),
+                    dense(in.v.data(), p, true), dense(o.data(), p, false), lse.data(), 0.f};
+  require(dash_cpu_fwd(&fwd), "dash_cpu_fwd");
+  void* blob = nullptr;
+  size_t blob_bytes = 0;
+  require(dash_plan_build_host(&cp, schedule.c_str(), 132, DASH_GQA_SPLIT_HEADS, &blob, &blob_bytes),
+          "dash_plan_build_host");
+  planner = planner_name(static_cast<Planner>(static_cast<const dash_plan_header*>(blob)->planner));
+  dash_bwd_args bwd{cp, DASH_DTYPE_FP32, fwd.q, fwd.k, fwd.v, fwd.o, dense(in.d_o.data(), p, false), lse.data(),
+                    dense(dq.data(), p, false), dense(dk.data(), p, true), dense(dv.data(), p, true), 0.f, nullptr};
+  std::vector<RunHashes> hashes;
+  for (int run = 0; run < runs; ++run) {
+    const dash_status status = dash_cpu_bwd(&bwd, blob, blob_bytes);
+    if (status != DASH_OK) {
+      dash_plan_free_host(blob);
+      require(status, "dash_cpu_bwd");
+    }
+    hashes.push_back({sha256_hex(dq.data(), dq.size() * 4), sha256_hex(dk.data(), dk.size() * 4),
+                      sha256_hex(dv.data(), dv.size() * 4)});
+  }
+  dash_plan_free_host(blob);
+  return hashes;
+}
+
+#ifdef DASH_HAVE_CUDA
+void cuda_require(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) throw Error(call, cudaGetErrorString(status));
+}
+
+// bf16 bits of x, rounded to nearest even (inputs are finite normals).
+uint16_t to_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+
+uint16_t to_fp16(float x) {
+  const _Float16 h = static_cast<_Float16>(x);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { cuda_require(cudaMalloc(&ptr_, bytes), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+};
+
+std::vector<RunHashes> check_on_gpu(const Problem& p, const std::string& schedule, int runs, uint32_t seed,
+                                    dash_dtype dtype, bool deterministic, std::string& planner, std::string& gpu) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    throw Error("--device", "no CUDA device here; use --device cpu for the CPU backend");
+  cudaDeviceProp prop{};
+  cuda_require(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  gpu = prop.name;
+
+  const RandomInputs in = random_inputs(p, seed);
+  auto upload = [&](const std::vector<float>& host) {
+    std::vector<uint16_t> bits(host.size());
+    for (size_t i = 0; i < host.size(); ++i) bits[i] = dtype == DASH_DTYPE_BF16 ? to_bf16(host[i]) : to_fp16(host[i]);
+    auto buffer = std::make_unique<DeviceBuffer>(bits.size() * 2);
+    cuda_require(cudaMemcpy(buffer->get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+    return buffer;
+  };
+  const auto q = upload(in.q), k = upload(in.k), v = upload(in.v), d_o = upload(in.d_o);
+  DeviceBuffer o(in.q.size() * 2), dq(in.q.size() * 2), dk(in.k.size() * 2), dv(in.v.size() * 2);
+  DeviceBuffer lse(size_t(p.batch) * p.heads_q * p.seqlen_q * 4);
+
+  const dash_problem cp = p.to_c();
+  dash_fwd_args fwd{cp, dtype, dense(q->get(), p, false), dense(k->get(), p, true), dense(v->get(), p, true),
+                    dense(o.get(), p, false), static_cast<float*>(lse.get()), 0.f};
+  require(dash_fwd(&fwd, nullptr, 0, nullptr), "dash_fwd");
+  dash_plan_t plan = nullptr;
+  require(dash_plan_create(&cp, schedule.c_str(), 0, DASH_GQA_SPLIT_HEADS, &plan), "dash_plan_create");
+  const void* blob = nullptr;
+  size_t blob_bytes = 0;
+  require(dash_plan_blob(plan, &blob, &blob_bytes), "dash_plan_blob");
+  planner = planner_name(static_cast<Planner>(static_cast<const dash_plan_header*>(blob)->planner));
+  dash_bwd_args bwd{cp, dtype, fwd.q, fwd.k, fwd.v, fwd.o, dense(d_o->get(), p, false),
+                    static_cast<const float*>(lse.get()), dense(dq.get(), p, false), dense(dk.get(), p, true),
+                    dense(dv.get(), p, true), 0.f, nullptr};
+  const size_t workspace_bytes = dash_bwd_workspace_size(&bwd, plan);
+  if (workspace_bytes == 0) require(DASH_ERROR_INVALID_ARGUMENT, "dash_bwd_workspace_size");
+  DeviceBuffer workspace(workspace_bytes);
+
+  std::vector<RunHashes> hashes;
+  std::vector<uint8_t> host(std::max({dq.bytes(), dk.bytes(), dv.bytes()}));
+  auto hash_of = [&](const DeviceBuffer& b) {
+    cuda_require(cudaMemcpy(host.data(), b.get(), b.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return sha256_hex(host.data(), b.bytes());
+  };
+  for (int run = 0; run < runs; ++run) {
+    // Poison the outputs so that a run which left something unwritten cannot inherit the last run's bits.
+    for (const DeviceBuffer* b : {&dq, &dk, &dv}) cuda_require(cudaMemset(b->get(), 0xff, b->bytes()), "cudaMemset");
+    const dash_status status = dash_bwd(&bwd, plan, deterministic ? 1 : 0, workspace.get(), workspace_bytes, nullptr);
+    if (status != DASH_OK) {
+      dash_plan_destroy(plan);
+      require(status, "dash_bwd");
+    }
+    cuda_require(cudaDeviceSynchronize(), "dash_bwd (kernel)");
+    hashes.push_back({hash_of(dq), hash_of(dk), hash_of(dv)});
+  }
+  dash_plan_destroy(plan);
+  return hashes;
+}
+#endif
+
+} // namespace
+
+int cmd_check(Args& args) {
+  const Shape s = parse_shape(args);
+  const int runs = args.integer("--runs", 5);
+  const std::string schedule = args.value("--schedule").value_or("auto");
+  Schedule::parse(schedule); // names the argument if unknown
+  const std::string device = args.value("--device").value_or("cuda");
+  const std::string dtype_name = args.value("--dtype").value_or("bf16");
+  const bool deterministic = !args.has("--nondeterministic");
+  const uint32_t seed = uint32_t(args.integer("--seed", 0, 0));
+  args.expect_all_used();
+  if (dtype_name != "bf16" && dtype_name != "fp16") throw Error("--dtype", "expected bf16 or fp16");
+  if (s.tiles.block_m != default_backward_tiles(s.problem.head_dim).block_m ||
+      s.tiles.block_n != default_backward_tiles(s.problem.head_dim).block_n)
+    throw Error("--block-m", "check runs the kernels, which use their own tile shape");
+  if (s.gqa != GqaMode::SplitHeads) throw Error("--gqa", "check uses split-heads plans");
+
+  std::string planner, where;
+  std::vector<RunHashes> hashes;
+  if (device == "cpu") {
+    if (!deterministic) throw Error("--nondeterministic", "the CPU backend has no non-deterministic mode");
+    where = "the CPU backend (fp32)";
+    hashes = check_on_cpu(s.problem, schedule, runs, seed, planner);
+  } else if (device == "cuda") {
+#ifdef DASH_HAVE_CUDA
+    std::string gpu;
+    hashes = check_on_gpu(s.problem, schedule, runs, seed, dtype_name == "bf16" ? DASH_DTYPE_BF16 : DASH_DTYPE_FP16,
+                          deterministic, planner, gpu);
+    where = gpu + " (" + dtype_name + ")";
+#else
+    throw Error("--device", "this dash-attn was built without CUDA; use --device cpu");
+#endif
+  } else {
+    throw Error("--device", "expected cuda or cpu, got '" + device + "'");
+  }
+
+  std::printf("check: %s; schedule %s (plan: %s); %s; %d runs on %s\n", s.problem.describe().c_str(),
+              schedule.c_str(), planner.c_str(), deterministic ? "deterministic" : "NON-deterministic", runs,
+              where.c_str());
+  std::printf("%-4s %-64s %-64s %-64s\n", "run", "dQ sha256", "dK sha256", "dV sha256");
+  bool identical = true;
+  for (size_t r = 0; r < hashes.size(); ++r) {
+    std::printf("%-4zu %s %s %s\n", r + 1, hashes[r].dq.c_str(), hashes[r].dk.c_str(), hashes[r].dv.c_str());
+    identical = identical && hashes[r].dq == hashes[0].dq && hashes[r].dk == hashes[0].dk && hashes[r].dv == hashes[0].dv;
+  }
+  std::printf("%s\n", identical ? "all runs bitwise identical" : "runs DIFFER");
+  // A deterministic run that differs is a bug: fail loudly. Non-deterministic differences are expected.
+  return (identical || !deterministic) ? 0 : 1;
+}
+
+} // namespace dash::cli
