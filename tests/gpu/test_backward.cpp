@@ -338,6 +338,8 @@ struct AccuracyParam {
   int gqa_mode;
   int deterministic;
 };
+// Test names already spell the case out; keep ctest's listing free of raw parameter bytes.
+void PrintTo(const AccuracyParam& p, std::ostream* os) { *os << p.schedule; }
 
 class BackwardAccuracy : public ::testing::TestWithParam<AccuracyParam> {};
 
@@ -387,6 +389,7 @@ struct ScheduleParam {
   const char* schedule;
   int gqa_mode;
 };
+void PrintTo(const ScheduleParam& p, std::ostream* os) { *os << p.schedule; }
 class BackwardDeterminism : public ::testing::TestWithParam<ScheduleParam> {};
 
 TEST_P(BackwardDeterminism, BitwiseAcrossRunsAndOrderFollowsPlan) {
