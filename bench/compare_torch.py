@@ -122,13 +122,16 @@ def main():
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--quick", action="store_true", help="fewer dash schedules and no FlexAttention (compiles per shape), for a short device call")
     ap.add_argument("--seqlens", default="", help="comma list to restrict the grid")
+    ap.add_argument("--hdims", default="", help="comma list to restrict the grid")
     args = ap.parse_args()
     prop = torch.cuda.get_device_properties(0)
     meta = dict(commit=args.commit, gpu=prop.name, sms=prop.multi_processor_count, cuda=torch.version.cuda,
                 torch=torch.__version__, dtype="bf16", protocol="median of 10 after 3 warm-ups, CUDA events")
     seqlens = {int(s) for s in args.seqlens.split(",") if s}
-    configs = [(hd, s, c, 2048 // hd, 2048 // hd) for hd, s, c in GRID if not seqlens or s in seqlens]
-    configs += [(hd, s, c, hq, hk) for hd, s, c, hq, hk in GQA_ROWS if not seqlens or s in seqlens]
+    hdims = {int(h) for h in args.hdims.split(",") if h}
+    keep = lambda hd, s: (not seqlens or s in seqlens) and (not hdims or hd in hdims)
+    configs = [(hd, s, c, 2048 // hd, 2048 // hd) for hd, s, c in GRID if keep(hd, s)]
+    configs += [(hd, s, c, hq, hk) for hd, s, c, hq, hk in GQA_ROWS if keep(hd, s)]
     with open(args.out, "w") as out:
         print(f"{'hd':>3} {'seq':>6} {'mask':>6} {'heads':>6} | impl: bwd TFLOP/s (bitwise over 3 runs)")
         for hd, s, c, hq, hk in configs:
