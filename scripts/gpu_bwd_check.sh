@@ -32,12 +32,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw -
 if [ "$do_build" = 1 ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DDASH_CUTLASS_INCLUDE_DIR="$root/.deps/cutlass/cutlass_library/source/include" >"$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
-  ninja -C "$build" -j16 dash_cuda dash_gpu_bwd_tests >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 1; }
-  nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I"$root/include" "$root/bench/bench_backward.cu" \
-    -o "$build/dash-bench-bwd" -L"$build/src/cuda" -ldash_cuda "$build/libdash_core.a" -Xlinker -rpath -Xlinker "$build/src/cuda" \
-    >>"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
+  ninja -C "$build" -j16 dash_attn dash_gpu_bwd_tests dash-bench-bwd >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 1; }
 fi
-export LD_LIBRARY_PATH="$build/src/cuda:${LD_LIBRARY_PATH:-}"
 tests_bin="$build/tests/gpu/dash_gpu_bwd_tests"
 
 echo "== tests"
@@ -60,7 +56,7 @@ if [ "$bench" != none ]; then
   echo "== bench ($bench)"
   args=(--out "$out/backward.jsonl" --commit "${DASH_COMMIT:-unknown}" --busy-ms "$busy_ms")
   [ "$bench" = quick ] && args+=(--quick)
-  timeout 400 "$build/dash-bench-bwd" "${args[@]}" >"$out/bench.log" 2>&1
+  timeout 400 "$build/bench/dash-bench-bwd" "${args[@]}" >"$out/bench.log" 2>&1
   echo "bench rc=$?"
   cut -c1-120 "$out/bench.log"
 fi

@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_check.sh COMMIT [--sdpa] [--variants] [--repeat]
 #
-# Configures and builds the CUDA-only tree (scripts/gpu_build: src/cuda, tests/gpu, bench) with ninja -j16,
+# Configures the project's CMake tree and builds the forward targets (library, GPU tests, benchmark) with ninja -j16,
 # runs the GPU tests, compute-sanitizer memcheck on the "Small" cases, and the forward benchmark; with --sdpa
 # also PyTorch SDPA (flash, cuDNN) timings in the same call, with --variants the benchmark of extra builds
 # with other tile widths / pipeline depths, with --repeat the bf16 benchmark a second time (run-to-run
@@ -40,7 +40,7 @@ note() { summary+="$1"$'\n'; echo "== $1"; }
 
 configure_and_build() {  # dir, extra tuning defines, targets...
   local dir=$1 defines=$2; shift 2
-  cmake -S "$root/scripts/gpu_build" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DDASH_CUTLASS_INCLUDE_DIR="$cutlass" -DDASH_FWD_TUNING_DEFINES="$defines" >/dev/null &&
     ninja -C "$dir" -j16 "$@"
 }
@@ -49,20 +49,19 @@ configure_and_build() {  # dir, extra tuning defines, targets...
   compute-sanitizer --version | head -2; } >"$out/env.txt" 2>&1
 
 start=$SECONDS
-# Only the forward targets: the shared bench/ and tests/gpu directories also hold backward targets that
-# need the planner library, which this forward-only tree does not build.
-if configure_and_build "$build" "" dash_cuda dash_gpu_tests dash-bench-fwd >"$out/build.log" 2>&1; then
+# Only the forward targets (the backward's have scripts/gpu_bwd_check.sh).
+if configure_and_build "$build" "" dash_attn dash_gpu_tests dash-bench-fwd >"$out/build.log" 2>&1; then
   note "build: ok in $((SECONDS - start)) s (16 jobs)"
 else
   note "build: FAILED (see build.log)"; tail -40 "$out/build.log"; exit 1
 fi
 ptxas_lines=$(grep -E "Compiling entry|registers|spill" "$out/build.log")
 { echo "---- ptxas (registers / spills) ----"; echo "$ptxas_lines"
-  echo "---- SASS instruction counts in libdash_cuda.so ----"
-  cuobjdump --dump-sass "$build/libdash_cuda.so" | grep -oE "\b(HGMMA\.[0-9A-Za-z]+|MUFU\.EX2|UTMALDG|UTMASTG|STSM|LDL|STL|WARPSYNC|BAR\.SYNC|BAR\.ARV|USETMAXREG)" |
+  echo "---- SASS instruction counts in libdash_attn.so ----"
+  cuobjdump --dump-sass "$build/libdash_attn.so" | grep -oE "\b(HGMMA\.[0-9A-Za-z]+|MUFU\.EX2|UTMALDG|UTMASTG|STSM|LDL|STL|WARPSYNC|BAR\.SYNC|BAR\.ARV|USETMAXREG)" |
     sort | uniq -c; } >>"$out/build.log" 2>&1
 
-tests=$build/dash_gpu_tests
+tests=$build/tests/gpu/dash_gpu_tests
 start=$SECONDS
 timeout 200 "$tests" >"$out/tests.log" 2>&1
 rc=$?
@@ -119,7 +118,7 @@ if [ $run_variants = 1 ] && [ $SECONDS -lt 400 ]; then
     dir=/tmp/dash-gpu-build-$name
     cat "/tmp/variant-$name.log" >>"$out/build.log"
     if [ ! -x "$dir/bench/dash-bench-fwd" ]; then note "variant $name: build FAILED"; continue; fi
-    timeout 120 "$dir/dash_gpu_tests" --gtest_filter="*_d${hdim}_*:*Persistent*" >"/tmp/variant-$name-tests.log" 2>&1
+    timeout 120 "$dir/tests/gpu/dash_gpu_tests" --gtest_filter="*_d${hdim}_*:*Persistent*" >"/tmp/variant-$name-tests.log" 2>&1
     trc=$?
     echo "---- variant $name ($defines) ----" >>"$out/bench.log"
     timeout 60 "$dir/bench/dash-bench-fwd" --out "$out/variants.jsonl" --commit "$commit" --variant "$name" \

@@ -2,7 +2,9 @@
 // `dash-attn check`: runs the backward N times on the same random inputs and prints a SHA-256 of dQ, dK and
 // dV per run, so that anyone can see (and compare across machines) that the gradients are bitwise
 // reproducible. On the GPU it calls the C ABI's kernels; with --device cpu, the CPU backend.
+#ifdef DASH_HAVE_OPENSSL
 #include <openssl/evp.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +27,12 @@ namespace dash::cli {
 namespace {
 
 std::string sha256_hex(const void* data, size_t bytes) {
+#ifndef DASH_HAVE_OPENSSL
+  (void)data;
+  (void)bytes;
+  throw Error("check", "this dash-attn was built without OpenSSL's libcrypto (libssl-dev), which check uses for "
+                       "SHA-256; install it and rebuild");
+#else
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   if (EVP_Digest(data, bytes, digest, &length, EVP_sha256(), nullptr) != 1) throw Error("check", "SHA-256 failed");
@@ -35,6 +43,7 @@ std::string sha256_hex(const void* data, size_t bytes) {
     hex += byte;
   }
   return hex;
+#endif
 }
 
 void require(dash_status status, const char* call) {
