@@ -13,7 +13,10 @@ fi
 
 if ! python3 -c "import torch, pytest, numpy" >/dev/null 2>&1; then
   echo "installing torch==2.11.0, pytest and numpy for the Python tests"
-  python3 -m pip install --quiet --disable-pip-version-check "torch==2.11.0" pytest numpy
+  python3 -m pip install --quiet --disable-pip-version-check pytest numpy
+  if ! python3 -m pip install --quiet --disable-pip-version-check "torch==2.11.0"; then
+    echo "WARNING: PyTorch could not be installed here: the torch tests below will be reported as skipped" >&2
+  fi
 fi
 cd "$root/python"
 DASH_ATTN_LIBRARY="$build/libdash_attn.so" python3 -m pytest -q -rs tests
