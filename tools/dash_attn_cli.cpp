@@ -183,9 +183,9 @@ int cmd_simulate(Args& args) {
     for (const auto& step : c.sim.critical_path) {
       computes += step.kind == dash::SpanKind::Compute;
       reduces += step.kind == dash::SpanKind::Reduce;
-      waits += step.kind == dash::SpanKind::Wait;
+      waits += step.after_signal; // a step that started when another CTA's release reached it
     }
-    std::printf("%-16s %12s %8s %8s %9sx %10d  %d compute, %d reduce, %d wait steps%s%s\n",
+    std::printf("%-16s %12s %8s %8s %9sx %10d  %d compute, %d reduce, %d hand-offs%s%s\n",
                 dash::planner_name(c.planner), fixed(c.sim.makespan, 2).c_str(),
                 fixed(100 * c.sim.idle_fraction, 1).c_str(), fixed(100 * c.sim.wait_fraction, 1).c_str(),
                 fixed(ascending / c.sim.makespan, 3).c_str(), c.plan->header.min_coresident_ctas, computes, reduces,
