@@ -7,24 +7,14 @@
 
 #include "dash/plan.hpp"
 #include "dash/simulator.hpp"
+#include "test_problems.hpp"
 
 namespace {
 
 using dash::Planner;
 
-dash::Problem problem(int sq, int sk, dash::Mask mask, int heads_q = 1, int heads_kv = 1, int batch = 1,
-                      int left = -1, int right = -1) {
-  dash::Problem p;
-  p.batch = batch;
-  p.heads_q = heads_q;
-  p.heads_kv = heads_kv;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.mask = mask;
-  p.window_left = left;
-  p.window_right = right;
-  return p;
-}
+using dash::test::make_problem;
+using dash::test::windowed;
 
 dash::Plan named(const dash::Problem& p, Planner planner, dash::TileShape tiles, int ctas = 100000,
                  dash::GqaMode mode = dash::GqaMode::SplitHeads) {
@@ -73,18 +63,18 @@ std::vector<Shape> shapes() {
   for (Mask m : {Mask::Full, Mask::Causal}) {
     const char* tag = m == Mask::Full ? "full" : "causal";
     (void)tag;
-    s.push_back({"square-odd", problem(1000, 1000, m), {64, 128}});
-    s.push_back({"q<k", problem(113, 203, m), {16, 32}});
-    s.push_back({"q>k", problem(203, 113, m), {16, 32}});
-    s.push_back({"single", problem(1, 1, m), {64, 128}});
-    s.push_back({"gqa-4", problem(640, 640, m, 8, 2, 2), {64, 128}});
-    s.push_back({"mqa", problem(520, 777, m, 3, 1), {64, 64}});
-    s.push_back({"hdim64-tiles", problem(2048, 2048, m, 2, 2), {128, 128}});
-    s.push_back({"80-row-tiles", problem(1111, 1111, m), {80, 128}});
+    s.push_back({"square-odd", make_problem(1000, 1000, m), {64, 128}});
+    s.push_back({"q<k", make_problem(113, 203, m), {16, 32}});
+    s.push_back({"q>k", make_problem(203, 113, m), {16, 32}});
+    s.push_back({"single", make_problem(1, 1, m), {64, 128}});
+    s.push_back({"gqa-4", make_problem(640, 640, m, 8, 2, 2), {64, 128}});
+    s.push_back({"mqa", make_problem(520, 777, m, 3, 1), {64, 64}});
+    s.push_back({"hdim64-tiles", make_problem(2048, 2048, m, 2, 2), {128, 128}});
+    s.push_back({"80-row-tiles", make_problem(1111, 1111, m), {80, 128}});
   }
-  s.push_back({"window", problem(1000, 1000, Mask::Window, 1, 1, 1, 200, 0), {64, 128}});
-  s.push_back({"window-both", problem(700, 900, Mask::Window, 2, 1, 1, 100, 50), {32, 64}});
-  s.push_back({"window-right", problem(333, 333, Mask::Window, 1, 1, 1, -1, 70), {16, 16}});
+  s.push_back({"window", windowed(make_problem(1000, 1000, Mask::Full), 200, 0), {64, 128}});
+  s.push_back({"window-both", windowed(make_problem(700, 900, Mask::Full, 2, 1), 100, 50), {32, 64}});
+  s.push_back({"window-right", windowed(make_problem(333, 333, Mask::Full), -1, 70), {16, 16}});
   return s;
 }
 
@@ -140,7 +130,7 @@ TEST(Planners, AscendingAndDescendingNeedNoCoResidency) {
 
 TEST(Planners, ShiftNeedsTheWholeHeadCoResidentAndSaysSo) {
   // 128 KV tiles per head (16k, 128-row tiles): shift's wave is the whole head.
-  const auto p = problem(16384, 16384, dash::Mask::Full, 16, 16);
+  const auto p = make_problem(16384, 16384, dash::Mask::Full, 16, 16);
   EXPECT_EQ(named(p, Planner::Shift, {128, 128}, 132).header.min_coresident_ctas, 128);
   for (int ctas : {114, 108, 78}) {
     EXPECT_THROW(named(p, Planner::Shift, {128, 128}, ctas), dash::Error) << ctas;
@@ -153,7 +143,7 @@ TEST(Planners, ShiftNeedsTheWholeHeadCoResidentAndSaysSo) {
 // ---- the published orders ----
 
 TEST(Planners, ShiftFullMaskMatchesThePapersFourByFourTable) {
-  const dash::Plan plan = named(problem(512, 512, dash::Mask::Full), Planner::Shift, {128, 128});
+  const dash::Plan plan = named(make_problem(512, 512, dash::Mask::Full), Planner::Shift, {128, 128});
   EXPECT_EQ(visits_of(plan, 0), (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(visits_of(plan, 1), (std::vector<int>{1, 2, 3, 0}));
   EXPECT_EQ(visits_of(plan, 3), (std::vector<int>{3, 0, 1, 2}));
@@ -165,7 +155,7 @@ TEST(Planners, ShiftFullMaskMatchesThePapersFourByFourTable) {
 
 TEST(Planners, ShiftWithMoreQTilesThanKvTilesMatchesTheForksOrder) {
   // 6 Q tiles x 3 KV tiles (fa3-and-dash-fork-notes.md, worked example).
-  const dash::Plan plan = named(problem(6 * 64, 3 * 128, dash::Mask::Full), Planner::Shift, {64, 128});
+  const dash::Plan plan = named(make_problem(6 * 64, 3 * 128, dash::Mask::Full), Planner::Shift, {64, 128});
   EXPECT_EQ(dq_order(plan, 0), (std::vector<int>{0, 2, 1}));
   EXPECT_EQ(dq_order(plan, 1), (std::vector<int>{1, 0, 2}));
   for (int q = 2; q < 6; ++q) EXPECT_EQ(dq_order(plan, q), (std::vector<int>{2, 1, 0})) << q;
@@ -173,7 +163,7 @@ TEST(Planners, ShiftWithMoreQTilesThanKvTilesMatchesTheForksOrder) {
 
 TEST(Planners, SymmetricShiftMatchesThePapersExamples) {
   {
-    const dash::Plan plan = named(problem(512, 512, dash::Mask::Causal), Planner::SymmetricShift, {128, 128});
+    const dash::Plan plan = named(make_problem(512, 512, dash::Mask::Causal), Planner::SymmetricShift, {128, 128});
     ASSERT_EQ(plan.items.size(), 2u);
     EXPECT_EQ(visits_of(plan, 0), (std::vector<int>{1, 2, 3, 0}));
     EXPECT_EQ(visits_of(plan, 3), (std::vector<int>{3}));
@@ -185,7 +175,7 @@ TEST(Planners, SymmetricShiftMatchesThePapersExamples) {
     EXPECT_EQ(dq_order(plan, 3), (std::vector<int>{1, 0, 2, 3}));
   }
   {
-    const dash::Plan plan = named(problem(1024, 1024, dash::Mask::Causal), Planner::SymmetricShift, {128, 128});
+    const dash::Plan plan = named(make_problem(1024, 1024, dash::Mask::Causal), Planner::SymmetricShift, {128, 128});
     EXPECT_EQ(visits_of(plan, 0), (std::vector<int>{3, 4, 5, 6, 7, 0, 1, 2}));
     EXPECT_EQ(visits_of(plan, 1), (std::vector<int>{4, 5, 6, 7, 3, 1, 2}));
     EXPECT_EQ(visits_of(plan, 2), (std::vector<int>{5, 6, 7, 3, 4, 2}));
@@ -197,7 +187,7 @@ TEST(Planners, SymmetricShiftMatchesThePapersExamples) {
   }
   {
     // hdim-128 tiles (64 x 128): stride 2, 12 Q tiles, 6 KV tiles (the fork's causal example).
-    const dash::Plan plan = named(problem(768, 768, dash::Mask::Causal), Planner::SymmetricShift, {64, 128});
+    const dash::Plan plan = named(make_problem(768, 768, dash::Mask::Causal), Planner::SymmetricShift, {64, 128});
     std::vector<int> k0 = range(4, 12), k1 = range(5, 12), k2 = range(6, 12);
     k0.insert(k0.end(), {0, 1, 2, 3});
     k1.insert(k1.end(), {4, 2, 3});
@@ -215,7 +205,7 @@ TEST(Planners, SymmetricShiftMatchesThePapersExamples) {
 
 TEST(Planners, AscendingAndDescendingAddDqInAscendingKvOrder) {
   for (auto mask : {dash::Mask::Full, dash::Mask::Causal}) {
-    const auto p = problem(1000, 1000, mask);
+    const auto p = make_problem(1000, 1000, mask);
     const dash::Plan asc = named(p, Planner::Ascending, {64, 128});
     const dash::Plan desc = named(p, Planner::Descending, {64, 128});
     for (int q = 0; q < asc.header.num_q_tiles; ++q) {
@@ -233,7 +223,7 @@ TEST(Planners, AscendingAndDescendingAddDqInAscendingKvOrder) {
 }
 
 TEST(Planners, PackedGqaCoversEveryHeadOfTheGroupInOneItem) {
-  const auto p = problem(300, 300, dash::Mask::Causal, 8, 2);
+  const auto p = make_problem(300, 300, dash::Mask::Causal, 8, 2);
   const dash::Plan plan = named(p, Planner::Shift, {64, 64}, 100000, dash::GqaMode::PackGroup);
   EXPECT_EQ(plan.header.heads_per_unit, 4);
   EXPECT_EQ(plan.header.num_units, 2);
@@ -259,7 +249,7 @@ TEST(Planners, OrdersAreInvariantToBatchAndHeadCount) {
       for (const std::string schedule : {"ascending", "descending", "shift", "symmetric-shift", "auto"}) {
         std::optional<dash::Plan> first;
         for (auto v : variations) {
-          const auto p = problem(seqlen, seqlen, mask, v.heads_q, v.heads_kv, v.batch);
+          const auto p = make_problem(seqlen, seqlen, mask, v.heads_q, v.heads_kv, v.batch);
           const dash::Plan plan = dash::build_plan({p, dash::Schedule::parse(schedule), 132, {64, 128}, {}, nullptr});
           if (!first) first = plan;
           EXPECT_TRUE(same_template(*first, plan)) << schedule << " seqlen " << seqlen << " batch " << v.batch
@@ -274,7 +264,7 @@ TEST(Planners, OrdersAreInvariantToBatchAndHeadCount) {
 // ---- flags and serialisation ----
 
 TEST(Planners, BlobRoundTripsAndRejectsCorruption) {
-  const dash::Plan plan = named(problem(1000, 1500, dash::Mask::Causal, 4, 2, 3), Planner::SymmetricShift, {64, 128});
+  const dash::Plan plan = named(make_problem(1000, 1500, dash::Mask::Causal, 4, 2, 3), Planner::SymmetricShift, {64, 128});
   const std::vector<uint8_t> blob = plan.to_blob();
   EXPECT_EQ(blob.size() % 16, 0u);
   const dash::Plan back = dash::Plan::from_blob(blob.data(), blob.size());
@@ -303,13 +293,13 @@ TEST(Planners, UnknownScheduleAndBadArgumentsAreNamed) {
     EXPECT_EQ(e.argument(), "schedule");
   }
   try {
-    dash::build_plan({problem(128, 128, dash::Mask::Full), dash::Schedule::parse("shift"), 0, {}, {}, nullptr});
+    dash::build_plan({make_problem(128, 128, dash::Mask::Full), dash::Schedule::parse("shift"), 0, {}, {}, nullptr});
     FAIL();
   } catch (const dash::Error& e) {
     EXPECT_EQ(e.argument(), "num_ctas");
   }
   try { // 2^16 Q tiles do not fit the 16-bit fields
-    dash::build_plan({problem(70000, 128, dash::Mask::Full), dash::Schedule::parse("ascending"), 132, {1, 128}, {}, nullptr});
+    dash::build_plan({make_problem(70000, 128, dash::Mask::Full), dash::Schedule::parse("ascending"), 132, {1, 128}, {}, nullptr});
     FAIL();
   } catch (const dash::Error& e) {
     EXPECT_EQ(e.argument(), "seqlen_q");
@@ -317,12 +307,12 @@ TEST(Planners, UnknownScheduleAndBadArgumentsAreNamed) {
 }
 
 TEST(Planners, GeneralisationsAreRecorded) {
-  const dash::Plan shift_causal = named(problem(1000, 1000, dash::Mask::Causal), Planner::Shift, {64, 128});
+  const dash::Plan shift_causal = named(make_problem(1000, 1000, dash::Mask::Causal), Planner::Shift, {64, 128});
   EXPECT_TRUE(shift_causal.header.flags & DASH_PLAN_GENERALISED);
   EXPECT_FALSE(shift_causal.note.empty());
-  const dash::Plan sym_full = named(problem(1000, 1000, dash::Mask::Full), Planner::SymmetricShift, {64, 128});
+  const dash::Plan sym_full = named(make_problem(1000, 1000, dash::Mask::Full), Planner::SymmetricShift, {64, 128});
   EXPECT_TRUE(sym_full.header.flags & DASH_PLAN_GENERALISED);
-  const dash::Plan shift_full = named(problem(1024, 1024, dash::Mask::Full), Planner::Shift, {64, 128});
+  const dash::Plan shift_full = named(make_problem(1024, 1024, dash::Mask::Full), Planner::Shift, {64, 128});
   EXPECT_FALSE(shift_full.header.flags & DASH_PLAN_GENERALISED);
 }
 

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "dash/reference.hpp"
+#include "test_problems.hpp"
 
 namespace {
 
@@ -151,16 +152,9 @@ dash::Plan plan_for(const dash::Problem& p, const std::string& schedule, dash::G
   return dash::build_plan({p, dash::Schedule::parse(schedule), 132, tiles, mode, nullptr});
 }
 
-dash::Problem shape(int sq, int sk, dash::Mask mask, int hq = 1, int hk = 1, int batch = 1, int d = 32) {
-  dash::Problem p;
-  p.batch = batch;
-  p.heads_q = hq;
-  p.heads_kv = hk;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.head_dim = d;
-  p.mask = mask;
-  return p;
+// Head dim 32 keeps the fp64 oracle fast.
+dash::Problem shape(int sq, int sk, dash::Mask mask, int hq = 1, int hk = 1, int batch = 1) {
+  return dash::test::make_problem(sq, sk, mask, hq, hk, batch, 32);
 }
 
 TEST(Reference, EveryPlannerMatchesFp64Gradients) {
@@ -182,9 +176,7 @@ TEST(Reference, EveryPlannerMatchesFp64Gradients) {
 }
 
 TEST(Reference, WindowMaskMatchesFp64Gradients) {
-  dash::Problem p = shape(160, 200, dash::Mask::Window);
-  p.window_left = 40;
-  p.window_right = 7;
+  const dash::Problem p = dash::test::windowed(shape(160, 200, dash::Mask::Full), 40, 7);
   const Inputs in = random_inputs(p, 7);
   const Grads ref = fp64_gradients(in);
   for (const std::string schedule : {"ascending", "shift", "symmetric-shift"}) {
