@@ -26,29 +26,11 @@
 #include <cuda_runtime.h>
 
 #include "dash/dash_attn.h"
+#include "bench_common.cuh"
 #include "dash/plan.hpp"
 #include "dash/simulator.hpp"
 
 namespace {
-
-#define CUDA_CHECK(expr)                                                                                 \
-  do {                                                                                                   \
-    cudaError_t const status_ = (expr);                                                                  \
-    if (status_ != cudaSuccess) {                                                                        \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(status_));   \
-      std::exit(2);                                                                                      \
-    }                                                                                                    \
-  } while (0)
-
-__global__ void fill_normal(uint16_t* out, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 31; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 29; x *= 0x94D049BB133111EBull; x ^= x >> 32;
-    float const u1 = (float(uint32_t(x)) + 1.f) * 2.3283064e-10f;
-    float const u2 = float(uint32_t(x >> 32)) * 2.3283064e-10f;
-    out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(sqrtf(-2.f * logf(u1)) * cospif(2.f * u2)));
-  }
-}
 
 // Occupies one SM per block (large shared memory) and spins for `cycles` clock cycles.
 __global__ void spin_kernel(long long cycles) {
@@ -165,10 +147,10 @@ int main(int argc, char** argv) {
                           {&bf.dq, bf.nq}, {&bf.dk, bf.nk}, {&bf.dv, bf.nk}})
       CUDA_CHECK(cudaMalloc(ptr, n * 2));
     CUDA_CHECK(cudaMalloc(&bf.lse, size_t(c.batch) * c.heads_q * c.seqlen * 4));
-    fill_normal<<<1024, 256>>>(bf.q, bf.nq, 1);
-    fill_normal<<<1024, 256>>>(bf.k, bf.nk, 2);
-    fill_normal<<<1024, 256>>>(bf.v, bf.nk, 3);
-    fill_normal<<<1024, 256>>>(bf.dout, bf.nq, 4);
+    fill_normal<<<1024, 256>>>(bf.q, bf.nq, 1, DASH_DTYPE_BF16);
+    fill_normal<<<1024, 256>>>(bf.k, bf.nk, 2, DASH_DTYPE_BF16);
+    fill_normal<<<1024, 256>>>(bf.v, bf.nk, 3, DASH_DTYPE_BF16);
+    fill_normal<<<1024, 256>>>(bf.dout, bf.nq, 4, DASH_DTYPE_BF16);
     dash_problem p{};
     p.batch = c.batch;
     p.heads_q = c.heads_q;

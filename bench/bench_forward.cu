@@ -26,30 +26,9 @@
 #include <cuda_runtime.h>
 
 #include "dash/dash_attn.h"
+#include "bench_common.cuh"
 
 namespace {
-
-#define CUDA_CHECK(expr)                                                                        \
-  do {                                                                                          \
-    cudaError_t const status_ = (expr);                                                         \
-    if (status_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(status_)); \
-      std::exit(2);                                                                             \
-    }                                                                                           \
-  } while (0)
-
-// Standard normal values from a counter-based hash (Box-Muller), written as bf16 / fp16 bits.
-__global__ void fill_normal(uint16_t* out, size_t n, uint64_t seed, int dtype) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 31; x *= 0xBF58476D1CE4E5B9ull; x ^= x >> 29; x *= 0x94D049BB133111EBull; x ^= x >> 32;
-    float const u1 = (float(uint32_t(x)) + 1.f) * 2.3283064e-10f;  // (0, 1]
-    float const u2 = float(uint32_t(x >> 32)) * 2.3283064e-10f;
-    float const value = sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
-    out[i] = dtype == DASH_DTYPE_BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(value))
-                                      : __half_as_ushort(__float2half_rn(value));
-  }
-}
 
 __global__ void count_non_finite(const uint16_t* data, size_t n, int dtype, unsigned long long* count) {
   unsigned long long local = 0;
