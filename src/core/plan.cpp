@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <vector>
 
 #include "dash/plan.hpp"
 #include "dash/simulator.hpp"
@@ -48,34 +49,48 @@ void finish_validation(Plan& plan, int32_t num_ctas) {
   if (report.waits_only_backward) plan.header.flags |= DASH_PLAN_WAITS_ONLY_BACKWARD;
 }
 
-// The problem `auto` simulates: the real sequence shape, mask, head dim and GQA group, with one sequence
-// and enough units that their KV tiles fill P many times over, so that the steady state, not the start-up
-// or the last partial round, decides. It depends on the shape and P only, and is the same problem for
-// every candidate, so `auto` chooses the same planner for a sequence whatever batch or head count it
-// arrives with.
-Problem canonical_problem(const Problem& real, GqaMode mode, const TileGrid& grid, int32_t num_ctas) {
-  constexpr int64_t kWantedFills = 16;         // KV tiles per CTA in the canonical problem
-  constexpr int64_t kMinFills = 2;
-  constexpr int64_t kVisitBudget = int64_t(1) << 19; // keeps auto under about a second of simulation
+// The problems `auto` simulates: the real sequence shape, mask, head dim and GQA group, one sequence, and a
+// range of head counts. Planners with long items (symmetric shift pairs KV tiles) finish a round of units
+// together, so a single head count can land just before or just after a round boundary and decide by
+// accident; summing the makespans over head counts that span a whole round period compares steady-state
+// throughput instead. The range depends on the sequence shape and P only (never on the real batch or head
+// count) and is the same for every candidate, so `auto` chooses the same planner for a sequence whatever
+// batch or head count it arrives with.
+std::vector<Problem> canonical_problems(const Problem& real, GqaMode mode, const TileGrid& grid, int32_t num_ctas) {
+  constexpr int64_t kMinFills = 2;                    // KV tiles per CTA in the smallest canonical problem
+  constexpr int64_t kVisitBudget = int64_t(1) << 20; // all sizes together: about a second of simulation
+  constexpr int64_t kMaxSizes = 9;
   const int64_t kv_tiles = std::max(1, grid.num_kv_tiles());
   int64_t visits_per_unit = 0;
   for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv) visits_per_unit += int64_t(grid.q_tiles_seen_by(kv).size());
   visits_per_unit = std::max<int64_t>(1, visits_per_unit * (mode == GqaMode::PackGroup ? real.group_size() : 1));
-  const auto units_for = [&](int64_t fills) { return (fills * num_ctas + kv_tiles - 1) / kv_tiles; };
-  int64_t units = std::min(units_for(kWantedFills), std::max<int64_t>(1, kVisitBudget / visits_per_unit));
-  // At least a couple of fills, unless P is so large that even that would take seconds to simulate.
-  units = std::max({units, std::min(units_for(kMinFills), 4 * kVisitBudget / visits_per_unit), int64_t(1)});
+  // The fewest items per unit any planner makes (pairs of KV tiles) gives the longest round period.
+  const int64_t fewest_items = (kv_tiles + 1) / 2;
+  const int64_t period = (num_ctas + fewest_items - 1) / fewest_items;
+  int64_t first = std::max(period, (kMinFills * num_ctas + kv_tiles - 1) / kv_tiles);
+  first = std::max<int64_t>(1, std::min(first, kVisitBudget / (4 * visits_per_unit))); // huge P: stay affordable
+  const int64_t stride = std::max<int64_t>(1, (period + kMaxSizes - 2) / (kMaxSizes - 1));
 
-  Problem p = real;
-  p.batch = 1;
-  const int32_t group = real.group_size();
-  if (mode == GqaMode::PackGroup) {
-    p.heads_kv = int32_t(units);
-  } else {
-    p.heads_kv = int32_t((units + group - 1) / group);
+  std::vector<Problem> problems;
+  int64_t visits = 0;
+  for (int64_t units = first; units <= first + period && visits + units * visits_per_unit <= kVisitBudget;
+       units += stride) {
+    Problem p = real;
+    p.batch = 1;
+    const int32_t group = real.group_size();
+    p.heads_kv = int32_t(mode == GqaMode::PackGroup ? units : (units + group - 1) / group);
+    p.heads_q = p.heads_kv * group;
+    problems.push_back(p);
+    visits += units * visits_per_unit;
   }
-  p.heads_q = p.heads_kv * group;
-  return p;
+  if (problems.empty()) { // one unit is over the budget: simulate a single one rather than nothing
+    Problem p = real;
+    p.batch = 1;
+    p.heads_q = real.group_size();
+    p.heads_kv = 1;
+    problems.push_back(p);
+  }
+  return problems;
 }
 
 Plan choose_automatically(const PlanRequest& req, TileShape tiles) {
@@ -92,27 +107,34 @@ Plan choose_automatically(const PlanRequest& req, TileShape tiles) {
       note << "; " << planner_name(planner) << " skipped (" << report.reason << ")";
       continue;
     }
-    Plan simulated = candidate;
-    if (canonical) {
-      const Problem p = canonical_problem(req.problem, req.gqa_mode, TileGrid(req.problem, tiles), req.num_ctas);
-      simulated = build_unvalidated(p, planner, tiles, req.gqa_mode, req.num_ctas);
-    }
-    simulated.header.flags |= report.waits_only_backward ? DASH_PLAN_WAITS_ONLY_BACKWARD : 0;
+    // auto: the summed makespan over the canonical problems; auto-fastest: the makespan of the real one.
     const CostModel cost = req.cost ? *req.cost : CostModel::for_problem(req.problem, tiles);
-    const SimResult sim = simulate(simulated, req.num_ctas, cost, SimOptions{.record_spans = false, .critical_path = false});
-    if (sim.deadlocked) { // cannot happen for a validated plan; refuse rather than trust it
-      note << "; " << planner_name(planner) << " skipped (simulation deadlocked: " << sim.deadlock_detail << ")";
+    const std::vector<Problem> problems =
+        canonical ? canonical_problems(req.problem, req.gqa_mode, TileGrid(req.problem, tiles), req.num_ctas)
+                  : std::vector<Problem>{req.problem};
+    double makespan = 0;
+    std::string deadlock;
+    for (const Problem& p : problems) {
+      Plan simulated = build_unvalidated(p, planner, tiles, req.gqa_mode, req.num_ctas);
+      simulated.header.flags |= report.waits_only_backward ? DASH_PLAN_WAITS_ONLY_BACKWARD : 0;
+      const SimResult sim = simulate(simulated, req.num_ctas, cost, SimOptions{.record_spans = false, .critical_path = false});
+      if (sim.deadlocked) deadlock = sim.deadlock_detail;
+      makespan += sim.makespan;
+    }
+    if (!deadlock.empty()) { // cannot happen for a validated plan; refuse rather than trust it
+      note << "; " << planner_name(planner) << " skipped (simulation deadlocked: " << deadlock << ")";
       continue;
     }
-    note << "; " << planner_name(planner) << " " << sim.makespan;
-    if (sim.makespan < best_time) {
-      best_time = sim.makespan;
+    note << "; " << planner_name(planner) << " " << makespan;
+    if (makespan < best_time) {
+      best_time = makespan;
       best = planner;
       found = true;
     }
   }
   if (!found) throw Error("schedule", "no planner can run this problem: " + note.str());
-  note << " (simulated makespan" << (canonical ? " of a canonical batch" : "") << "); chose "
+  note << " (simulated makespan" << (canonical ? ", summed over one sequence with a range of head counts" : "")
+       << "); chose "
        << planner_name(best);
   Plan plan = build_unvalidated(req.problem, best, tiles, req.gqa_mode, req.num_ctas);
   finish_validation(plan, req.num_ctas);
