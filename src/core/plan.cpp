@@ -100,6 +100,11 @@ Plan choose_automatically(const PlanRequest& req, TileShape tiles) {
   double best_time = std::numeric_limits<double>::infinity();
   Planner best = Planner::Ascending;
   bool found = false;
+  // auto: the summed makespan over the canonical problems; auto-fastest: the makespan of the real one.
+  const CostModel cost = req.cost ? *req.cost : CostModel::for_problem(req.problem, tiles);
+  const std::vector<Problem> problems =
+      canonical ? canonical_problems(req.problem, req.gqa_mode, TileGrid(req.problem, tiles), req.num_ctas)
+                : std::vector<Problem>{req.problem};
   for (Planner planner : all_planners()) {
     Plan candidate = build_unvalidated(req.problem, planner, tiles, req.gqa_mode, req.num_ctas);
     const ValidationReport report = validate_plan(candidate, req.num_ctas);
@@ -107,11 +112,6 @@ Plan choose_automatically(const PlanRequest& req, TileShape tiles) {
       note << "; " << planner_name(planner) << " skipped (" << report.reason << ")";
       continue;
     }
-    // auto: the summed makespan over the canonical problems; auto-fastest: the makespan of the real one.
-    const CostModel cost = req.cost ? *req.cost : CostModel::for_problem(req.problem, tiles);
-    const std::vector<Problem> problems =
-        canonical ? canonical_problems(req.problem, req.gqa_mode, TileGrid(req.problem, tiles), req.num_ctas)
-                  : std::vector<Problem>{req.problem};
     double makespan = 0;
     std::string deadlock;
     for (const Problem& p : problems) {
@@ -134,8 +134,7 @@ Plan choose_automatically(const PlanRequest& req, TileShape tiles) {
   }
   if (!found) throw Error("schedule", "no planner can run this problem: " + note.str());
   note << " (simulated makespan" << (canonical ? ", summed over one sequence with a range of head counts" : "")
-       << "); chose "
-       << planner_name(best);
+       << "); chose " << planner_name(best);
   Plan plan = build_unvalidated(req.problem, best, tiles, req.gqa_mode, req.num_ctas);
   finish_validation(plan, req.num_ctas);
   plan.note = note.str() + (plan.note.empty() ? "" : ". " + plan.note);
