@@ -118,7 +118,8 @@ def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax
         o = torch.empty_like(q, memory_format=torch.contiguous_format)
         args = _abi.FwdArgs(problem=problem, dtype=_GPU_DTYPES[q.dtype], q=_tensor(q), k=_tensor(k), v=_tensor(v),
                             o=_tensor(o), lse=lse.data_ptr(), softmax_scale=softmax_scale)
-        check(LIB.dash_fwd(ctypes.byref(args), None, 0, torch.cuda.current_stream(q.device).cuda_stream))
+        with torch.cuda.device(q.device):  # the C ABI launches on the current device
+            check(LIB.dash_fwd(ctypes.byref(args), None, 0, torch.cuda.current_stream(q.device).cuda_stream))
         return o, lse
     q32, k32, v32 = (t.float().contiguous() for t in (q, k, v))
     o32 = torch.empty_like(q32)
@@ -153,8 +154,9 @@ def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
         workspace = torch.empty(nbytes + 256, dtype=torch.uint8, device=q.device)
         base = workspace.data_ptr()
         aligned = (base + 255) // 256 * 256  # the kernels want 256-byte aligned workspace
-        check(LIB.dash_bwd(ctypes.byref(args), plan.handle, int(deterministic), aligned, nbytes,
-                           torch.cuda.current_stream(q.device).cuda_stream))
+        with torch.cuda.device(q.device):  # the C ABI launches on the current device
+            check(LIB.dash_bwd(ctypes.byref(args), plan.handle, int(deterministic), aligned, nbytes,
+                               torch.cuda.current_stream(q.device).cuda_stream))
         return dq, dk, dv
     plan = _abi.HostPlan(problem, schedule, CPU_PLAN_CTAS, _abi.DASH_GQA_SPLIT_HEADS)
     q32, k32, v32, o32, do32 = (t.float().contiguous() for t in (q, k, v, o, dout))
