@@ -4,7 +4,13 @@
 # tests, compute-sanitizer memcheck/racecheck on small shapes, and the benchmark. Logs and JSON go to $OUT.
 #
 #   scripts/gpu_bwd_check.sh [--build-dir DIR] [--no-build] [--bench quick|full|none] [--busy-ms N]
-#                            [--sanitize yes|no] [--tests FILTER] [--torch yes|no]
+#                            [--sanitize yes|no] [--tests FILTER] [--torch yes|no] [--kernel mma|wgmma]
+#
+# --kernel wgmma: the EXPERIMENTAL TMA + wgmma backward (docs/kernel-notes-bwd-wgmma.md). Configures a separate
+# tree (build-bwd-wgmma) with -DDASH_EXPERIMENTAL_BWD_WGMMA=ON, exports DASH_BWD_KERNEL=wgmma, first runs one
+# small test under a short timeout (a hang shows up in a minute), then the head-dim-128 tests (the kernel is
+# hdim 128 only; hdim-64 cases would get DASH_ERROR_UNSUPPORTED by design), memcheck/racecheck on hdim-128
+# shapes, and the benchmark with --only-hdim 128. Logs carry a -wgmma suffix; the torch references are skipped.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="${OUT:-$root/out}"
@@ -16,49 +22,88 @@ busy_ms=200
 sanitize=yes
 tests='*'
 torch_ref=yes
+kernel=mma
+tests_given=0
+build_given=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --build-dir) build="$2"; shift 2 ;;
+    --build-dir) build="$2"; build_given=1; shift 2 ;;
     --no-build) do_build=0; shift ;;
     --bench) bench="$2"; shift 2 ;;
     --busy-ms) busy_ms="$2"; shift 2 ;;
     --sanitize) sanitize="$2"; shift 2 ;;
-    --tests) tests="$2"; shift 2 ;;
+    --tests) tests="$2"; tests_given=1; shift 2 ;;
     --torch) torch_ref="$2"; shift 2 ;;
+    --kernel) kernel="$2"; shift 2 ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
 done
+cmake_extra=()
+sfx=""
+case "$kernel" in
+  mma) unset DASH_BWD_KERNEL ;;
+  wgmma)
+    export DASH_BWD_KERNEL=wgmma
+    cmake_extra+=(-DDASH_EXPERIMENTAL_BWD_WGMMA=ON)
+    sfx="-wgmma"
+    [ "$build_given" = 1 ] || build="$root/build-bwd-wgmma"
+    [ "$tests_given" = 1 ] || tests='*d128*:Backward.*:BackwardArgs.*'
+    torch_ref=no
+    ;;
+  *) echo "unknown --kernel $kernel (mma or wgmma)"; exit 2 ;;
+esac
+echo "kernel=$kernel build=$build DASH_BWD_KERNEL=${DASH_BWD_KERNEL:-<unset>}"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 if [ "$do_build" = 1 ]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DDASH_CUTLASS_INCLUDE_DIR="$root/.deps/cutlass/cutlass_library/source/include" >"$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
-  ninja -C "$build" -j16 dash_attn dash_gpu_bwd_tests dash-bench-bwd >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -30; exit 1; }
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_extra[@]}" \
+    -DDASH_CUTLASS_INCLUDE_DIR="$root/.deps/cutlass/cutlass_library/source/include" >"$out/cmake$sfx.log" 2>&1 || { tail -30 "$out/cmake$sfx.log"; exit 1; }
+  ninja -C "$build" -j16 dash_attn dash_gpu_bwd_tests dash-bench-bwd >"$out/build$sfx.log" 2>&1 || { grep -E "error" "$out/build$sfx.log" | head -30; exit 1; }
+  if [ "$kernel" = wgmma ]; then
+    echo "== ptxas (bwd_wgmma_main: registers / spills)"
+    grep -A2 "Compiling entry function '.*bwd_wgmma_main" "$out/build$sfx.log" | grep -E "spill|Used" | head -8
+  fi
 fi
 tests_bin="$build/tests/gpu/dash_gpu_bwd_tests"
 
+if [ "$kernel" = wgmma ]; then
+  # One small case first: a hang (the most likely first-run failure of a new pipeline) costs a minute, not five.
+  echo "== smoke (wgmma)"
+  timeout 60 "$tests_bin" --gtest_filter='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det' \
+    >"$out/smoke$sfx.log" 2>&1
+  rc=$?
+  echo "smoke rc=$rc (124 = timed out: a hang)"; tail -15 "$out/smoke$sfx.log"
+  [ "$rc" = 0 ] || { echo "smoke failed: stopping before the long runs"; exit 1; }
+fi
+
 echo "== tests"
-timeout 300 "$tests_bin" --gtest_filter="$tests" >"$out/tests.log" 2>&1
+timeout 300 "$tests_bin" --gtest_filter="$tests" >"$out/tests$sfx.log" 2>&1
 echo "tests rc=$?"
-grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|tests ran" "$out/tests.log" | tail -40
+grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|tests ran" "$out/tests$sfx.log" | tail -40
 
 if [ "$sanitize" = yes ]; then
   small='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d64_causal_auto_det:Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det:Shapes/BackwardAccuracy.MatchesReference/b1_h8_2_sq200_sk200_d128_causal_auto_det'
+  race='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d64_causal_auto_det'
+  if [ "$kernel" = wgmma ]; then
+    small='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det:Shapes/BackwardAccuracy.MatchesReference/b1_h8_2_sq200_sk200_d128_causal_auto_det'
+    race='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d128_causal_auto_det'
+  fi
   echo "== memcheck"
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$tests_bin" --gtest_filter="$small" >"$out/memcheck.log" 2>&1
-  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log" | tail -5
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$tests_bin" --gtest_filter="$small" >"$out/memcheck$sfx.log" 2>&1
+  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck$sfx.log" | tail -5
   echo "== racecheck"
   timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$tests_bin" \
-    --gtest_filter='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d64_causal_auto_det' >"$out/racecheck.log" 2>&1
-  echo "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$out/racecheck.log" | tail -5
+    --gtest_filter="$race" >"$out/racecheck$sfx.log" 2>&1
+  echo "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$out/racecheck$sfx.log" | tail -5
 fi
 
 if [ "$bench" != none ]; then
   echo "== bench ($bench)"
-  args=(--out "$out/backward.jsonl" --commit "${DASH_COMMIT:-unknown}" --busy-ms "$busy_ms")
+  args=(--out "$out/backward$sfx.jsonl" --commit "${DASH_COMMIT:-unknown}$sfx" --busy-ms "$busy_ms")
   [ "$bench" = quick ] && args+=(--quick)
-  timeout 400 "$build/bench/dash-bench-bwd" "${args[@]}" >"$out/bench.log" 2>&1
+  [ "$kernel" = wgmma ] && args+=(--only-hdim 128)
+  timeout 400 "$build/bench/dash-bench-bwd" "${args[@]}" >"$out/bench$sfx.log" 2>&1
   echo "bench rc=$?"
-  cut -c1-120 "$out/bench.log"
+  cut -c1-120 "$out/bench$sfx.log"
 fi
 
 if [ "${torch_ref:-yes}" = yes ] && python3 -c "import torch" 2>/dev/null; then

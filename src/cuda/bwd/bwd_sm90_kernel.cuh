@@ -324,8 +324,10 @@ __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
 // The store warp: consumes dQ staging buffers in the order the compute warps filled them (= the CTA's visit
 // order) and adds each into its accumulator at its turn.
 
-template <int kHeadDim, class Element>
-__device__ __forceinline__ void store_warp_loop(const BwdParams& p, BwdSmem<kHeadDim, Element>& s) {
+// `Smem` is BwdSmem here; the experimental wgmma kernel (bwd_wgmma_kernel.cuh) passes its own shared-memory
+// struct, which has the same dq / handoff / dq_full / dq_empty / items_waits_done members.
+template <int kHeadDim, class Smem>
+__device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s) {
   constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;
   constexpr int kTileFloats = kBlockM * kHeadDim;
   constexpr int kChunksPerRow = kHeadDim / 4;
@@ -797,7 +799,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_main(const __grid_constant__ 
   __syncthreads();  // the only full-CTA barrier: initial shared state before the roles split
   if (threadIdx.x >= kComputeThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kStoreRegisters));
-    if (threadIdx.x < kComputeThreads + 32) store_warp_loop<kHeadDim, Element>(p, s);
+    if (threadIdx.x < kComputeThreads + 32) store_warp_loop<kHeadDim, BwdSmem<kHeadDim, Element>>(p, s);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kComputeRegisters));
     ComputeWarps<kHeadDim, Element>::run(p, s);

@@ -1,0 +1,637 @@
+// SPDX-License-Identifier: Apache-2.0
+// bwd_wgmma_kernel.cuh — EXPERIMENTAL plan-executing attention backward main kernel with TMA + wgmma, head
+// dim 128 only (tiles 64 x 128 = dash::default_backward_tiles(128)). Built only with the CMake option
+// DASH_EXPERIMENTAL_BWD_WGMMA=ON and selected only when DASH_BWD_KERNEL=wgmma (bwd_api.cpp). Design, smem and
+// register budgets, and what is most likely to be wrong on first run: docs/kernel-notes-bwd-wgmma.md.
+//
+// It shares with the verified kernel (bwd_sm90_kernel.cuh): the preprocess / convert kernels, the store warp
+// (store_warp_loop, unchanged: same dQ hand-off records, same mbarrier protocol, same ordered adds, same
+// release/acquire arguments), the plan decoding, the claim rule and the split-GQA dK/dV ordered adds.
+// What is new is who does what inside the CTA:
+//   warpgroup 0 (24 registers): warp 0, one elected lane = PRODUCER: claims tickets (claim rule below), reads
+//     the plan's item / segment / visit records, TMA-loads K and V per segment (one buffer) and Q, dO (TMA)
+//     plus LSE2, delta (bulk copies) per visit into a 2-stage ring, and publishes each segment's and visit's
+//     record in shared memory next to the data. Warp 1 = the STORE warp (store_warp_loop). Warps 2-3 exit.
+//   warpgroups 1-2 (240 registers) = MMA warpgroups; warpgroup w owns keys [64w, 64w + 64) of the KV tile:
+//     S^T = K_w Q^T, dP^T = V_w dO^T               (wgmma SS, 64 x 64 x 128, fp32 in registers)
+//     P^T = exp2(S^T * scale_log2 - LSE2), dS^T = P^T (dP^T - delta)   (mask from the visit's flags)
+//     dV_w += P^T dO, dK_w += dS^T Q                (wgmma RS: P^T / dS^T from registers, 64 x 128 x 64)
+//     dS^T -> shared memory (both warpgroups), then dQ_partial[:, 64w..] = dS K[:, 64w..]
+//                                                    (wgmma SS, 64 x 64 x 128), fp32 -> the store warp's
+//                                                    staging buffer, exactly as the verified kernel hands it.
+//   dK / dV stay in registers for the whole segment and are written at its end (or added in group order for
+//   split-head GQA), exactly as in the verified kernel.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/cutlass.h>
+
+#include "fwd_sm90_config.cuh"   // k_major_smem_atom
+#include "fwd_sm90_kernel.cuh"   // warpgroup_gemm (the forward's wgmma issue helper)
+#include "fwd_sm90_softmax.cuh"  // accumulator_as_a_operand
+#include "sm90_primitives.cuh"   // PipelineState, mbarrier_*, named_barrier_sync, exp2_approx
+
+#include "bwd_sm90_kernel.cuh"  // BwdParams, DqHandoff, store_warp_loop, PTX wrappers, swz_f32, pack2
+#include "bwd_sm90_params.h"
+
+namespace dash::cuda::bwd::wgmma {
+
+template <dash_dtype kDtype>
+struct WgElement;
+template <>
+struct WgElement<DASH_DTYPE_BF16> {
+  using cute_type = cute::bfloat16_t;
+  using std_type = __nv_bfloat16;
+};
+template <>
+struct WgElement<DASH_DTYPE_FP16> {
+  using cute_type = cute::half_t;
+  using std_type = __half;
+};
+
+template <dash_dtype kDtype>
+struct WgConfig {
+  using Element = typename WgElement<kDtype>::cute_type;     // for CuTe (wgmma, TMA)
+  using StdElement = typename WgElement<kDtype>::std_type;  // for the shared kernels and global stores
+  static constexpr int kHeadDim = 128;
+  static constexpr int kBlockM = 64;   // query rows per Q tile
+  static constexpr int kBlockN = 128;  // keys per KV tile
+  static_assert(BwdTiles<kHeadDim>::kBlockM == kBlockM && BwdTiles<kHeadDim>::kBlockN == kBlockN,
+                "the plan's tiles (default_backward_tiles(128)) are what this kernel computes");
+  static constexpr int kMmaWarpgroups = 2;  // warpgroup w owns keys [64w, 64w + 64)
+  static constexpr int kKeysPerWarpgroup = kBlockN / kMmaWarpgroups;
+  static constexpr int kMmaThreads = 128 * kMmaWarpgroups;
+  static constexpr int kMmaWarps = kMmaThreads / 32;
+  static constexpr int kThreads = 128 + kMmaThreads;
+  static constexpr int kProducerRegisters = 32;  // producer lane and store warp; 32 x 128 + 240 x 256 = 65536
+  static constexpr int kMmaRegisters = 240;
+  static_assert(kProducerRegisters * 128 + kMmaRegisters * kMmaThreads <= 65536, "register file");
+  static constexpr int kQStages = 2;  // Q / dO / LSE2 / delta ring depth (one visit ahead)
+  static_assert(kMmaThreads == kComputeThreads, "store_warp_loop's dq_full barrier counts kComputeThreads arrivals");
+
+  // ---- shared-memory layouts: every tile K-major (head dim contiguous, as in global memory), SW128 ----
+  using SmemAtom = decltype(dash::sm90::k_major_smem_atom<Element, kHeadDim>());
+  using SmemLayoutQStage =
+      decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutQ = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kQStages>>{}));
+  // Q and dO seen as the (head dim, query) B operand of dK += dS^T Q and dV += P^T dO: same bytes, MN-major.
+  using SmemLayoutQt = decltype(cute::composition(
+      SmemLayoutQ{},
+      cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockM>, cute::Int<kQStages>>{},
+                                cute::Step<cute::_2, cute::_1, cute::_3>{})));
+  using SmemLayoutKV =
+      decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
+  // K seen as the (head dim, key) B operand of dQ = dS K: same bytes, MN-major.
+  using SmemLayoutKt = decltype(cute::composition(
+      SmemLayoutKV{}, cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{},
+                                                cute::Step<cute::_2, cute::_1>{})));
+  // dS^T as the MMA warpgroups produce it: (key, query), query contiguous, SW128 (64 queries = 128 bytes),
+  // written with stmatrix straight from the dS^T accumulator layout (no transpose) ...
+  using SmemLayoutdSt = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                                     cute::Shape<cute::Int<kBlockN>, cute::Int<kBlockM>>{}));
+  // ... and the same bytes seen as the (query, key) A operand of dQ = dS K: MN-major (query contiguous).
+  using SmemLayoutdS = decltype(cute::composition(
+      SmemLayoutdSt{}, cute::make_ordered_layout(cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{},
+                                                 cute::Step<cute::_2, cute::_1>{})));
+
+  // The store warp's fp32 staging tile (swz_f32<kHeadDim> in bwd_sm90_kernel.cuh) as a CuTe layout.
+  static_assert(kHeadDim == 128, "Swizzle<3, 2, 5> below encodes swz_f32<128>");
+  using SmemLayoutdQStaging = decltype(cute::composition(
+      cute::Swizzle<3, 2, 5>{},
+      cute::Layout<cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>, cute::Stride<cute::Int<kHeadDim>, cute::_1>>{}));
+
+  // ---- wgmma ----
+  // S^T = K Q^T and dP^T = V dO^T: M = keys (2 warpgroups x 64), N = queries, K = head dim; both from smem.
+  using MmaSdP = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kBlockM>, cute::Int<kHeadDim>>>(),
+      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  // dV += P^T dO and dK += dS^T Q: M = keys (2 x 64), N = head dim, K = queries; A from registers.
+  using MmadKV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, float,
+                                 cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kBlockM>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  // dQ = dS K: M = queries, N = head dim (2 warpgroups x 64), K = keys; both from smem, both MN-major.
+  using MmadQ = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, float,
+                                 cute::Shape<cute::Int<kBlockM>, cute::_64, cute::Int<kBlockN>>,
+                                 cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>{}));
+
+  // ---- TMA: global tensors as (seqlen, head dim, heads, batch), element strides ----
+  using GmemShape = cute::Shape<int32_t, cute::Int<kHeadDim>, int32_t, int32_t>;
+  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
+                                                cute::Layout<GmemShape, GmemStride>{}));
+  using TmaLoadQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQStage{}));
+  using TmaLoadKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{}));
+
+  static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kRowFloatsBytes = kBlockM * sizeof(float);  // one LSE2 or delta row block
+};
+
+template <class Config>
+struct WgParams {
+  BwdParams base;  // everything the verified kernel gets (plan tables, workspace, modes)
+  typename Config::TmaLoadQ tma_q;
+  typename Config::TmaLoadQ tma_do;
+  typename Config::TmaLoadKV tma_k;
+  typename Config::TmaLoadKV tma_v;
+  typename Config::GmemShape shape_q;
+  typename Config::GmemShape shape_kv;
+};
+
+// What the producer publishes with each segment's K/V (guarded by kv_full) ...
+struct SegmentRecord {
+  int32_t exit;         // 1: no more work (no K/V were loaded with this record)
+  int32_t b, head_kv, kv_tile, group_rank;
+  int32_t num_visits;
+  int32_t end_of_item;  // last segment of its item: the MMA warpgroups report the item done after it
+};
+// ... and with each visit's Q / dO / LSE2 / delta (guarded by q_full[stage]).
+// kv_tile repeats the segment's: the MMA warps take it from here so that nothing of the mask is invariant
+// over a segment's visit loop (ptxas hoisted such values out of the loop and spilled them).
+struct VisitRecord {
+  int32_t head, q_tile, rank, flags, visit, ticket, last_of_item, kv_tile;
+};
+
+template <class Config>
+struct WgSmem {
+  using Element = typename Config::Element;
+  static constexpr int kBlockM = Config::kBlockM;
+  static constexpr int kHeadDim = Config::kHeadDim;
+  // Tiles first, 1024-byte aligned (SW128).
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutQ>, 1024> q;     // 2 stages
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutQ>, 1024> dout;  // 2 stages
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> k;
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> v;
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutdSt>, 1024> ds;  // dS^T
+  // The store warp's staging buffers: the verified kernel's format (row-major fp32, swz_f32 chunks).
+  alignas(128) float dq[kDqStages][kBlockM * kHeadDim];
+  alignas(128) float lse2[Config::kQStages][kBlockM];   // bulk-copy destinations: 16-byte aligned
+  alignas(128) float delta[Config::kQStages][kBlockM];
+  VisitRecord visit[Config::kQStages];
+  // Two slots, alternating with kv_full's phase: the MMA warps release the K/V buffer before their segment
+  // epilogue but still read the segment's record there; the producer rewrites a slot only after the
+  // following segment's kv_empty, i.e. after that epilogue.
+  SegmentRecord segment[2];
+  DqHandoff handoff[kDqStages];
+  alignas(8) uint64_t kv_full;                     // producer arrive + K/V bytes
+  alignas(8) uint64_t kv_empty;                    // 8 MMA warps: done with the segment's K/V and its record
+  alignas(8) uint64_t q_full[Config::kQStages];    // producer arrive + Q/dO/LSE2/delta bytes
+  alignas(8) uint64_t q_empty[Config::kQStages];   // 8 MMA warps: done with the stage and its record
+  alignas(8) uint64_t dq_full[kDqStages];          // as BwdSmem: 256 MMA-thread arrivals
+  alignas(8) uint64_t dq_empty[kDqStages];         // as BwdSmem: 32 store-warp arrivals
+  int32_t items_waits_done;  // store warp -> producer: items whose last dQ wait is satisfied (as BwdSmem)
+  int32_t items_mma_done;    // MMA warpgroups -> producer: items whose segments (incl. dK/dV adds) are done
+};
+
+template <class Config>
+constexpr int wg_smem_bytes() {
+  constexpr int kBytes = int(sizeof(WgSmem<Config>)) + 1024;  // +1024: the kernel aligns the base up
+  static_assert(kBytes <= 227 * 1024, "shared memory exceeds the 227 KB an sm_90 block may use");
+  return kBytes;
+}
+
+// Named barriers among the 256 MMA threads (ids 1..3; 0 is __syncthreads; the store warp and the producer
+// use none).
+enum WgNamedBarrier : uint32_t {
+  kBarMma = 1,      // generic: all MMA threads (split-GQA release, item done)
+  kBarDsFree = 2,   // both warpgroups' previous dQ GEMMs (which read sdS) are complete
+  kBarDsReady = 3,  // both warpgroups' dS^T halves are written and fenced for the async proxy
+};
+__device__ __forceinline__ void mma_barrier(uint32_t id) {
+  __syncwarp();  // bar.sync is .aligned: reconverge first (callers may come out of a divergent branch)
+  dash::sm90::named_barrier_sync(id, 256);
+}
+
+// 1-D bulk copy global -> shared, completing `bytes` transaction bytes on `bar` (LSE2 / delta rows).
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Producer: one lane. Ticket claims, plan decoding and all loads.
+// ------------------------------------------------------------------------------------------------------------
+template <class Config>
+__device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
+  using namespace cute;
+  using dash::sm90::mbarrier_arrive;
+  using dash::sm90::mbarrier_arrive_expect_tx;
+  using dash::sm90::mbarrier_wait;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
+  const BwdParams& p = P.base;
+
+  Tensor mQ = P.tma_q.get_tma_tensor(P.shape_q);
+  Tensor mdO = P.tma_do.get_tma_tensor(P.shape_q);
+  Tensor mK = P.tma_k.get_tma_tensor(P.shape_kv);
+  Tensor mV = P.tma_v.get_tma_tensor(P.shape_kv);
+  Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutKV{});
+  Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Config::SmemLayoutKV{});
+
+  const bool pack_group = p.gqa_mode == DASH_GQA_PACK_GROUP;
+  dash::sm90::PipelineState<Config::kQStages> q_state;
+  uint32_t kv_phase = 0;
+  int items_with_waits = 0;  // claimed items that have at least one dQ wait (= one visit)
+  int items_with_mma = 0;    // claimed items that have at least one segment
+
+  for (;;) {
+    if (p.deterministic) {
+      // CLAIM RULE WAIT (docs/DEADLOCK.md, "Claim rule"), kept exactly as the verified kernel applies it:
+      // claim the next ticket only after the current item's last dQ wait is satisfied (the store warp counts
+      // those) AND the MMA warpgroups finished the item (its split-GQA dK/dV waits included), i.e. after
+      // every wait of the item, for every plan. Both counters are advanced by threads of this CTA whose own
+      // waits end by the DEADLOCK.md argument (awaited visits belong to claimed items of running CTAs).
+      while (atomicAdd(&s.items_waits_done, 0) < items_with_waits || atomicAdd(&s.items_mma_done, 0) < items_with_mma) {
+        __nanosleep(64);
+      }
+    }
+    const int ticket = atomicAdd(p.ticket_counter, 1);
+    if (ticket >= p.num_tickets) break;
+
+    // Plan decoding: identical to the verified kernel's ComputeWarps::run.
+    const int unit = ticket / p.items_per_unit;
+    const dash_item item = p.items[ticket % p.items_per_unit];
+    int b, head_kv, unit_head, group_rank;
+    if (pack_group) {
+      b = unit / p.heads_kv;
+      head_kv = unit % p.heads_kv;
+      unit_head = -1;
+      group_rank = 0;
+    } else {
+      b = unit / p.heads_q;
+      const int r = unit % p.heads_q;
+      head_kv = r / p.group_size;
+      group_rank = r % p.group_size;
+      unit_head = head_kv * p.group_size + p.group_head_by_rank[group_rank];
+    }
+    int last_segment_with_visits = -1;
+    for (int sgi = 0; sgi < item.num_segments; ++sgi) {
+      if (p.segments[item.first_segment + sgi].num_visits > 0) last_segment_with_visits = sgi;
+    }
+
+    Tensor gK = local_tile(mK(_, _, head_kv, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    Tensor gV = local_tile(mV(_, _, head_kv, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    auto [tKgK, tKsK] = tma_partition(P.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(P.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+
+    for (int sgi = 0; sgi < item.num_segments; ++sgi) {
+      const dash_segment seg = p.segments[item.first_segment + sgi];
+      // WAIT (K/V buffer free): every MMA warp arrived on kv_empty after its last GEMM reading K/V of the
+      // previous segment completed (warpgroup_wait) and after it copied the segment record. The MMA warps
+      // only wait on this CTA's producer and store warp, whose waits end (DEADLOCK.md), so this ends too.
+      mbarrier_wait(&s.kv_empty, kv_phase ^ 1u);
+      s.segment[kv_phase] = SegmentRecord{0, b, head_kv, int32_t(seg.kv_tile), group_rank, int32_t(seg.num_visits),
+                                sgi + 1 == item.num_segments ? 1 : 0};
+      // The arrive (release.cta) publishes the record above; the TMA completes the transaction bytes. The MMA
+      // warps' wait on kv_full acquires both. Rows past seqlen_k are zero-filled by TMA and still counted.
+      mbarrier_arrive_expect_tx(&s.kv_full, 2 * Config::kKVTileBytes);
+      copy(P.tma_k.with(s.kv_full), tKgK(_, seg.kv_tile), tKsK);
+      copy(P.tma_v.with(s.kv_full), tVgV(_, seg.kv_tile), tVsV);
+      kv_phase ^= 1u;
+
+      for (int vi = 0; vi < seg.num_visits; ++vi) {
+        const int index = seg.first_visit + vi;
+        const dash_visit vis = p.visits[index];
+        const int head = pack_group ? head_kv * p.group_size + vis.head_in_unit : unit_head;
+        const int st = q_state.index;
+        // WAIT (Q stage free): every MMA warp arrived on q_empty[st] after the GEMMs that read this stage
+        // (two visits ago) completed and after it copied the visit record.
+        mbarrier_wait(&s.q_empty[st], q_state.phase ^ 1u);
+        s.visit[st] = VisitRecord{head, int32_t(vis.q_tile), int32_t(vis.dq_rank), int32_t(vis.flags), index, ticket,
+                                  (sgi == last_segment_with_visits && vi + 1 == seg.num_visits) ? 1 : 0,
+                                  int32_t(seg.kv_tile)};
+        // Release of the record + expected bytes of the four loads (two TMA tiles, two 256-byte rows).
+        mbarrier_arrive_expect_tx(&s.q_full[st], 2 * Config::kQTileBytes + 2 * Config::kRowFloatsBytes);
+        Tensor gQ = local_tile(mQ(_, _, head, b), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+        Tensor gdO = local_tile(mdO(_, _, head, b), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+        auto [tQgQ, tQsQ] =
+            tma_partition(P.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+        auto [tdOgdO, tdOsdO] =
+            tma_partition(P.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
+        copy(P.tma_q.with(s.q_full[st]), tQgQ(_, int(vis.q_tile)), tQsQ(_, st));
+        copy(P.tma_do.with(s.q_full[st]), tdOgdO(_, int(vis.q_tile)), tdOsdO(_, st));
+        // LSE2 / delta are padded to whole Q tiles by bwd_preprocess (kBlockM floats per tile, 256-byte
+        // aligned rows), so one bulk copy each, no bounds.
+        const int64_t row0 = ((int64_t(b) * p.heads_q + head) * p.num_q_tiles + vis.q_tile) * kBlockM;
+        bulk_copy_g2s(s.lse2[st], p.lse_log2 + row0, Config::kRowFloatsBytes, &s.q_full[st]);
+        bulk_copy_g2s(s.delta[st], p.delta + row0, Config::kRowFloatsBytes, &s.q_full[st]);
+        q_state.advance();
+      }
+    }
+    if (last_segment_with_visits >= 0) ++items_with_waits;
+    if (item.num_segments > 0) ++items_with_mma;
+  }
+
+  // No more tickets: an exit record instead of a segment (no bytes: the plain arrive completes the phase).
+  mbarrier_wait(&s.kv_empty, kv_phase ^ 1u);
+  s.segment[kv_phase].exit = 1;
+  mbarrier_arrive(&s.kv_full);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// MMA warpgroups: 256 threads, `thread` = threadIdx.x - 128.
+// ------------------------------------------------------------------------------------------------------------
+template <class Config>
+__device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread) {
+  using namespace cute;
+  using dash::sm90::mbarrier_arrive;
+  using dash::sm90::mbarrier_wait;
+  using dash::sm90::warpgroup_gemm;
+  using Element = typename Config::Element;
+  using StdElement = typename Config::StdElement;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
+  const BwdParams& p = P.base;
+  const bool lane_leader = (threadIdx.x % 32) == 0;
+
+  Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQ{});
+  Tensor sQt = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQt{});
+  Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutKV{});
+  Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Config::SmemLayoutKV{});
+  Tensor sKt = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutKt{});
+  Tensor sdS = make_tensor(make_smem_ptr(s.ds.data()), typename Config::SmemLayoutdS{});
+  Tensor sdSt = make_tensor(make_smem_ptr(s.ds.data()), typename Config::SmemLayoutdSt{});
+
+  typename Config::MmaSdP mma_sdp;
+  typename Config::MmadKV mma_dkv;
+  typename Config::MmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(thread);
+  auto thr_dkv = mma_dkv.get_thread_slice(thread);
+  auto thr_dq = mma_dq.get_thread_slice(thread);
+
+  // wgmma descriptors (no data in registers).
+  Tensor tSrK = thr_sdp.partition_fragment_A(sK);      // this warpgroup's 64 keys
+  Tensor tSrV = thr_sdp.partition_fragment_A(sV);
+  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);      // (.., .., .., stage)
+  Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (.., .., .., stage)
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);    // this warpgroup's 64 head-dim columns
+
+  // Accumulators: S^T, dP^T 32 fp32 each; dV, dK 64 fp32 each (whole segment); dQ 32 fp32.
+  Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+  Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+  Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+  // P^T and dS^T in Element, in the accumulator's register order, viewed as the RS A operand (16 columns
+  // of S^T = one 16-query k-step: the forward's P -> O += P V trick).
+  Tensor tPr = make_tensor<Element>(tSrS.layout());
+  Tensor tdSr = make_tensor<Element>(tSrS.layout());
+  Tensor tPa = make_tensor(tPr.data(), dash::sm90::accumulator_as_a_operand(tSrS.layout()));
+  Tensor tdSa = make_tensor(tdSr.data(), dash::sm90::accumulator_as_a_operand(tSrS.layout()));
+  // (row, column) of every accumulator register in its tile.
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));      // (key, query)
+  // The same for thread 0 (constant-folded): every thread's coordinates are its (tScS(0)) plus these.
+  Tensor tScS0 = mma_sdp.get_thread_slice(0).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
+  Tensor tdKVc = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));    // (key, dim)
+  Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));      // (query, dim)
+  // dS^T registers -> sdSt with stmatrix (the forward's O-store idiom), addresses = base + constants.
+  auto ds_store = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Config::MmaSdP{});
+  auto thr_ds_store = ds_store.get_thread_slice(thread);
+  Tensor tdSsdS = thr_ds_store.partition_D(sdSt);
+  Tensor tdSr_store = thr_ds_store.retile_S(tdSr);
+
+  dash::sm90::PipelineState<Config::kQStages> q_state;
+  uint32_t kv_phase = 0;
+  int dq_stage = 0;
+  uint32_t dq_phase = 0;  // parity of the staging buffer's current use (flips when dq_stage wraps)
+  const int causal_offset = p.seqlen_k - p.seqlen_q;
+
+  for (;;) {
+    // WAIT (segment): the producer's arrive released the record, the TMA completed K and V. The producer's
+    // own waits (claim rule, free buffers) end by DEADLOCK.md, so this does.
+    mbarrier_wait(&s.kv_full, kv_phase);
+    // Only the loop bound is kept in registers; the epilogue reads the rest of the record from its slot
+    // (holding it across the visit loop made ptxas spill it).
+    const SegmentRecord& seg = s.segment[kv_phase];
+    kv_phase ^= 1u;
+    if (seg.exit) break;
+    const int num_visits = seg.num_visits;
+    clear(tdVrdV);
+    clear(tdKrdK);
+
+    for (int vi = 0; vi < num_visits; ++vi) {
+      const int st = q_state.index;
+      // WAIT (visit): Q, dO, LSE2, delta of this stage landed and its record is published (acquire).
+      mbarrier_wait(&s.q_full[st], q_state.phase);
+      const VisitRecord vis = s.visit[st];
+
+      // S^T = K_w Q^T and dP^T = V_w dO^T, one commit group each.
+      warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), tSrS);
+      warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), tSrdP);
+      // WAIT (wgmma): the P / dS math below reads both accumulators, which is undefined while they are in
+      // flight. (Overlapping dP with the exp2 of S would need warpgroup_wait<1>; not done yet.)
+      warpgroup_wait<0>();
+
+      // P^T and dS^T. Masking where the plan says the block is partly masked, and on a last KV tile that
+      // the keys do not fill; rows past seqlen_q or with LSE = -inf have LSE2 = +inf, so P = 0 there.
+      const bool need_mask = (vis.flags & DASH_VISIT_PARTIAL_MASK) || (vis.kv_tile + 1) * kBlockN > p.seqlen_k;
+      // Register i sits at (key_base + r0_i, col_base + c0_i) with (r0_i, c0_i) = thread 0's coordinates,
+      // compile-time constants. Key visible to query iff key < seqlen_k and (not causal or
+      // key <= query + seqlen_k - seqlen_q); both tests become one runtime value per visit compared with
+      // constants (written this way because ptxas hoisted 16 per-column values out of the loops and spilled).
+      const int key_base = vis.kv_tile * kBlockN + get<0>(tScS(0));
+      const int col_base = get<1>(tScS(0));
+      const int keys_left = p.seqlen_k - key_base;                                     // masked iff r0 >= it
+      const int diag = key_base - col_base - (vis.q_tile * kBlockM + causal_offset);  // masked iff > c0 - r0
+      const float* lse2_row = &s.lse2[st][col_base];
+      const float* delta_row = &s.delta[st][col_base];
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) {
+        const int r0 = get<0>(tScS0(i)), c0 = get<1>(tScS0(i));
+        float prob = dash::sm90::exp2_approx(tSrS(i) * p.scale_log2 - lse2_row[c0]);
+        if (need_mask) {
+          const bool masked = r0 >= keys_left || (p.causal && diag > c0 - r0);
+          prob = masked ? 0.f : prob;
+        }
+        tPr(i) = Element(prob);
+        tdSr(i) = Element(prob * (tSrdP(i) - delta_row[c0]));
+      }
+
+      // dV_w += P^T dO (A = P^T from registers); it runs while dS^T goes to shared memory.
+      warpgroup_gemm<false, true>(mma_dkv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
+
+      // BARRIER (dS free): the other warpgroup's dQ GEMM of the previous visit read sdS; it completed
+      // (warpgroup_wait<0> below) before that warpgroup reached this barrier. tdSr is not yet an operand of
+      // any wgmma here: PTX makes even reading the A registers of an in-flight wgmma undefined, which is why
+      // dK += dS^T Q is issued only after this store.
+      mma_barrier(kBarDsFree);
+      copy(ds_store, tdSr_store, tdSsdS);
+      // Generic-proxy writes read by wgmma (async proxy): each writer fences, then the barrier makes all
+      // 128 x 64 values (both warpgroups' halves) visible before either warpgroup issues dQ.
+      cutlass::arch::fence_view_async_shared();
+      mma_barrier(kBarDsReady);
+
+      // dK_w += dS^T Q (A = dS^T from registers), then dQ[:, 64w..] = dS K[:, 64w..] (both from smem).
+      warpgroup_gemm<false, true>(mma_dkv, tdSa, tdKrQt(_, _, _, st), tdKrdK);
+      warpgroup_gemm<true, false>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+      // All three GEMMs of this visit complete: Q/dO of the stage, sdS and the RS operands are free.
+      warpgroup_wait<0>();
+      // RELEASE (Q stage) to the producer: one arrival per warp, after every lane passed the wait above; the
+      // record was copied to registers at the top.
+      __syncwarp();
+      if (lane_leader) mbarrier_arrive(&s.q_empty[st]);
+      q_state.advance();
+
+      // Hand the dQ partial to the store warp, exactly as the verified kernel does. WAIT (staging buffer)
+      // until the store warp drained it: it drains in order and is only held up by a dQ-order wait, which
+      // ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
+      mbar_wait(&s.dq_empty[dq_stage], dq_phase ^ 1);
+      {
+        // The staging layout is the store warp's (swz_f32<128>: 4-float chunks XOR row & 7), as a CuTe swizzle
+        // on the row-major offset: bits [2, 5) ^= bits [7, 10). Partitioned like the accumulator, so every
+        // store address is this thread's base plus a constant.
+        Tensor sdQ = make_tensor(make_smem_ptr(s.dq[dq_stage]), typename Config::SmemLayoutdQStaging{});
+        Tensor tdQsdQ = thr_dq.partition_C(sdQ);
+        copy(tdQrdQ, tdQsdQ);
+      }
+      if (thread == 0) {
+        DqHandoff h;
+        h.accumulator = (seg.b * p.heads_q + vis.head) * p.num_q_tiles + vis.q_tile;  // seg.b: from smem
+        h.rank = vis.rank;
+        h.flags = vis.flags;
+        h.ticket = vis.ticket;
+        h.visit = vis.visit;
+        h.last_of_item = vis.last_of_item;
+        s.handoff[dq_stage] = h;
+      }
+      // Each thread's arrival releases its staged values (and thread 0's record) to the store warp.
+      mbar_arrive(&s.dq_full[dq_stage]);
+      dq_stage ^= 1;
+      dq_phase ^= (dq_stage == 0);
+    }
+    // RELEASE (K/V buffer) to the producer: every GEMM reading K/V completed at the last visit's
+    // warpgroup_wait<0> (or none ran), and the record is in registers. The next segment's K/V load then
+    // overlaps this epilogue.
+    __syncwarp();
+    if (lane_leader) mbarrier_arrive(&s.kv_empty);
+
+    // ---- segment epilogue: dK / dV of this KV tile (this unit's share), as the verified kernel ----
+    // The record's slot stays valid until the next segment's kv_empty (see WgSmem::segment).
+    const int seg_b = seg.b, seg_head_kv = seg.head_kv, seg_kv_tile = seg.kv_tile, seg_group_rank = seg.group_rank;
+    const bool seg_end_of_item = seg.end_of_item != 0;
+    CUTE_UNROLL
+    for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= p.softmax_scale;
+    if (!p.split_dkv) {
+      // This CTA holds the complete dK/dV of the tile: store them (rows past seqlen_k dropped).
+      CUTE_UNROLL
+      for (int i = 0; i < size(tdKrdK); i += 2) {
+        const int key = seg_kv_tile * kBlockN + get<0>(tdKVc(i));
+        const int col = get<1>(tdKVc(i));
+        if (key < p.seqlen_k) {
+          StdElement* dk_row = static_cast<StdElement*>(p.dk.data) + seg_b * p.dk.batch_stride +
+                               int64_t(key) * p.dk.seq_stride + seg_head_kv * p.dk.head_stride;
+          StdElement* dv_row = static_cast<StdElement*>(p.dv.data) + seg_b * p.dv.batch_stride +
+                               int64_t(key) * p.dv.seq_stride + seg_head_kv * p.dv.head_stride;
+          *reinterpret_cast<uint32_t*>(dk_row + col) = pack2<StdElement>(tdKrdK(i), tdKrdK(i + 1));
+          *reinterpret_cast<uint32_t*>(dv_row + col) = pack2<StdElement>(tdVrdV(i), tdVrdV(i + 1));
+        }
+      }
+    } else {
+      // Split-head GQA: add this query head's share into the fp32 accumulators in group_head_by_rank order.
+      int32_t* counter = p.dkv_counters + (int64_t(seg_b) * p.heads_kv + seg_head_kv) * p.num_kv_tiles + seg_kv_tile;
+      if (p.deterministic) {
+        // WAIT (dK/dV group order). The head of group rank `group_rank - 1` is the previous unit, i.e. items
+        // with earlier tickets (docs/DEADLOCK.md: "Waits across units ... always target the previous unit");
+        // all of them were claimed before ours, by running CTAs, and the previous unit's own waits are
+        // satisfiable by the same argument, so this spin ends. Every MMA thread acquires for itself.
+        wait_counter_equals(counter, seg_group_rank);
+      }
+      const int64_t base_row = (int64_t(seg_b) * p.heads_kv + seg_head_kv) * (int64_t(p.num_kv_tiles) * kBlockN) +
+                               int64_t(seg_kv_tile) * kBlockN;
+      CUTE_UNROLL
+      for (int i = 0; i < size(tdKrdK); i += 2) {
+        const int64_t row = base_row + get<0>(tdKVc(i));
+        const int col = get<1>(tdKVc(i));
+        red_add_v2(p.dk_accum + row * kHeadDim + col, tdKrdK(i), tdKrdK(i + 1));
+        red_add_v2(p.dv_accum + row * kHeadDim + col, tdVrdV(i), tdVrdV(i + 1));
+      }
+      if (p.deterministic) {
+        // RELEASE (dK/dV group order). Each thread fences its adds (fence.acq_rel.gpu), the MMA barrier
+        // orders all 256 threads' fences before thread 0's st.release.gpu, and release is cumulative: the
+        // next rank's acquire observes all of them.
+        fence_acq_rel_gpu();
+        mma_barrier(kBarMma);
+        if (thread == 0) st_release_gpu(counter, seg_group_rank + 1);
+      }
+    }
+    if (seg_end_of_item) {
+      // The item is done here (all its dK/dV waits satisfied and its adds released): tell the producer's
+      // claim rule. The barrier makes "done" mean all 256 threads, as the verified kernel's claim did.
+      mma_barrier(kBarMma);
+      if (thread == 0) atomicAdd(&s.items_mma_done, 1);
+    }
+  }
+
+  // No more work: tell the store warp (it drains the buffers in order, so it finishes every earlier add
+  // before it reads this record and exits). Same as the verified kernel.
+  mbar_wait(&s.dq_empty[dq_stage], dq_phase ^ 1);
+  if (thread == 0) s.handoff[dq_stage].accumulator = -1;
+  mbar_arrive(&s.dq_full[dq_stage]);
+}
+
+template <class Config>
+__global__ void __launch_bounds__(Config::kThreads, 1)
+    bwd_wgmma_main(CUTE_GRID_CONSTANT WgParams<Config> const P) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // SW128 tiles need 1024-byte alignment; the host asked for 1 KB of slack.
+  auto& s = *reinterpret_cast<WgSmem<Config>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const int warp = cutlass::canonical_warp_idx_sync();
+  const int warpgroup = cutlass::canonical_warp_group_idx();
+
+  if (threadIdx.x == 0) {
+    s.items_waits_done = 0;
+    s.items_mma_done = 0;
+    dash::sm90::mbarrier_init(&s.kv_full, 1);  // the producer's arrive(_expect_tx)
+    dash::sm90::mbarrier_init(&s.kv_empty, Config::kMmaWarps);
+    for (int i = 0; i < Config::kQStages; ++i) {
+      dash::sm90::mbarrier_init(&s.q_full[i], 1);
+      dash::sm90::mbarrier_init(&s.q_empty[i], Config::kMmaWarps);
+    }
+    for (int i = 0; i < kDqStages; ++i) {
+      dash::sm90::mbarrier_init(&s.dq_full[i], Config::kMmaThreads);  // as the verified kernel: every thread
+      dash::sm90::mbarrier_init(&s.dq_empty[i], 32);                  // every store-warp lane
+    }
+    cutlass::arch::fence_barrier_init();  // make the initialised barriers visible to the TMA unit
+  }
+  // The only full-CTA barrier: no thread touches a barrier or counter before it is initialised.
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();
+    if (warp == 0) {
+      if (cute::elect_one_sync()) {
+        cute::prefetch_tma_descriptor(P.tma_q.get_tma_descriptor());
+        cute::prefetch_tma_descriptor(P.tma_do.get_tma_descriptor());
+        cute::prefetch_tma_descriptor(P.tma_k.get_tma_descriptor());
+        cute::prefetch_tma_descriptor(P.tma_v.get_tma_descriptor());
+        wg_produce(P, s);
+      }
+    } else if (warp == 1) {
+      store_warp_loop<Config::kHeadDim, WgSmem<Config>>(P.base, s);
+    }
+    // Warps 2-3 exit; warp 0's other lanes exit (nothing after this waits for them).
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Config::kMmaRegisters>();
+    wg_mma(P, s, int(threadIdx.x) - 128);
+  }
+}
+
+}  // namespace dash::cuda::bwd::wgmma

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+// bwd_wgmma_layout_check.cu — host-only check of the EXPERIMENTAL wgmma backward's shared-memory layout
+// algebra (src/cuda/bwd/bwd_wgmma_kernel.cuh); built and registered with ctest only when
+// DASH_EXPERIMENTAL_BWD_WGMMA=ON. Runs without a GPU. Checks:
+//   - the dQ staging layout (CuTe Swizzle<3,2,5> over row-major 64 x 128 fp32) equals the store warp's
+//     swz_f32<128> at every position (the store warp reads what the MMA warpgroups write);
+//   - the transposed operand views (Q^T, dO^T per stage, K^T, dS = view of dS^T) address the same elements
+//     as the tiles they view;
+//   - the accumulator coordinate facts the MMA code relies on (additive thread offsets, warpgroup split,
+//     exact coverage, adjacent column pairs);
+//   - the shared-memory struct fits the 227 KB an sm_90 block may use.
+#include <cstdio>
+
+#include "bwd/bwd_wgmma_kernel.cuh"
+
+namespace {
+template <dash_dtype kDtype>
+int check(const char* name) {
+  using namespace dash::cuda::bwd;
+  using C = wgmma::WgConfig<kDtype>;
+  int bad = 0;
+  const auto staging = typename C::SmemLayoutdQStaging{};
+  for (int r = 0; r < C::kBlockM; ++r)
+    for (int c = 0; c < C::kHeadDim; ++c)
+      // swz_f32<kHeadDim>(r, c) of bwd_sm90_kernel.cuh (a __device__ function, so restated here).
+      if (int(staging(r, c)) != r * C::kHeadDim + ((((c >> 2) ^ (r & 7))) << 2) + (c & 3)) ++bad;
+  const auto ds = typename C::SmemLayoutdS{};
+  const auto dst = typename C::SmemLayoutdSt{};
+  for (int q = 0; q < C::kBlockM; ++q)
+    for (int k = 0; k < C::kBlockN; ++k)
+      if (ds(q, k) != dst(k, q)) ++bad;
+  const auto qs = typename C::SmemLayoutQ{};
+  const auto qt = typename C::SmemLayoutQt{};
+  for (int s = 0; s < C::kQStages; ++s)
+    for (int q = 0; q < C::kBlockM; ++q)
+      for (int d = 0; d < C::kHeadDim; ++d)
+        if (qs(q, d, s) != qt(d, q, s)) ++bad;
+  const auto kv = typename C::SmemLayoutKV{};
+  const auto kt = typename C::SmemLayoutKt{};
+  for (int k = 0; k < C::kBlockN; ++k)
+    for (int d = 0; d < C::kHeadDim; ++d)
+      if (kv(k, d) != kt(d, k)) ++bad;
+  // The MMA warpgroups' mask / LSE indexing assumes: register i of thread t sits at thread t's register-0
+  // coordinate plus thread 0's register-i coordinate (tScS0 in wg_mma), warpgroup 1 owns keys 64..127, and
+  // the 256 threads cover the (128 keys x 64 queries) S^T tile exactly once. Same coverage for dQ (64 x 128).
+  {
+    using namespace cute;
+    typename C::MmaSdP mma;
+    auto id = make_identity_tensor(Shape<Int<C::kBlockN>, Int<C::kBlockM>>{});
+    auto c0 = mma.get_thread_slice(0).partition_C(id);
+    static int hits[C::kBlockN][C::kBlockM];
+    for (auto& row : hits)
+      for (int& h : row) h = 0;
+    for (int t = 0; t < C::kMmaThreads; ++t) {
+      auto ct = mma.get_thread_slice(t).partition_C(id);
+      const int k0 = get<0>(ct(0)), q0 = get<1>(ct(0));
+      if ((t >= 128) != (k0 >= 64)) ++bad;
+      for (int i = 0; i < size(ct); ++i) {
+        const int k = get<0>(ct(i)), q = get<1>(ct(i));
+        if (k != k0 + get<0>(c0(i)) || q != q0 + get<1>(c0(i))) ++bad;
+        if (k < 0 || k >= C::kBlockN || q < 0 || q >= C::kBlockM) { ++bad; continue; }
+        ++hits[k][q];
+      }
+    }
+    for (auto& row : hits)
+      for (int h : row) bad += h != 1;
+    typename C::MmadQ mma_dq;
+    auto idq = make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kHeadDim>>{});
+    static int hq[C::kBlockM][C::kHeadDim];
+    for (auto& row : hq)
+      for (int& h : row) h = 0;
+    for (int t = 0; t < C::kMmaThreads; ++t) {
+      auto ct = mma_dq.get_thread_slice(t).partition_C(idq);
+      for (int i = 0; i < size(ct); ++i) {
+        const int r = get<0>(ct(i)), d = get<1>(ct(i));
+        if ((t >= 128) != (d >= 64)) ++bad;  // warpgroup w computes head-dim columns [64w, 64w + 64)
+        // registers 2j, 2j+1 are adjacent columns of one row (the epilogue's pair stores rely on it)
+        if (i % 2 == 1 && (get<0>(ct(i - 1)) != r || get<1>(ct(i - 1)) + 1 != d)) ++bad;
+        ++hq[r][d];
+      }
+    }
+    for (auto& row : hq)
+      for (int h : row) bad += h != 1;
+    typename C::MmadKV mma_dkv;
+    auto idkv = make_identity_tensor(Shape<Int<C::kBlockN>, Int<C::kHeadDim>>{});
+    for (int t = 0; t < C::kMmaThreads; ++t) {
+      auto ct = mma_dkv.get_thread_slice(t).partition_C(idkv);
+      for (int i = 1; i < size(ct); i += 2)
+        if (get<0>(ct(i - 1)) != get<0>(ct(i)) || get<1>(ct(i - 1)) + 1 != get<1>(ct(i))) ++bad;
+    }
+  }
+  const int smem = wgmma::wg_smem_bytes<C>();
+  if (smem > 227 * 1024) ++bad;
+  std::printf("%s: smem %d bytes, %d layout mismatches\n", name, smem, bad);
+  return bad;
+}
+}  // namespace
+
+int main() {
+  const int bad = check<DASH_DTYPE_BF16>("bf16") + check<DASH_DTYPE_FP16>("fp16");
+  std::printf(bad == 0 ? "OK\n" : "FAILED\n");
+  return bad == 0 ? 0 : 1;
+}
