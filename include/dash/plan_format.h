@@ -156,6 +156,41 @@ typedef struct dash_plan_header {
   uint32_t reserved2[2];
 } dash_plan_header;
 
+#if defined(__CUDACC__)
+#define DASH_HOST_DEVICE __host__ __device__
+#else
+#define DASH_HOST_DEVICE
+#endif
+
+/* A unit's place in the problem (see "Units" above): batch, KV head, group rank, and the query head in
+ * SPLIT_HEADS mode (-1 in PACK_GROUP mode, where each visit's head_in_unit names it). One definition for the
+ * kernels, the simulator and the CPU backend. */
+typedef struct dash_unit_coords {
+  int32_t batch;
+  int32_t head_kv;
+  int32_t head_q;
+  int32_t group_rank;
+} dash_unit_coords;
+
+DASH_HOST_DEVICE static inline dash_unit_coords dash_unit_coords_of(const dash_plan_header* h,
+                                                                    const uint8_t* group_head_by_rank,
+                                                                    int32_t unit) {
+  dash_unit_coords c;
+  if (h->gqa_mode == DASH_GQA_PACK_GROUP) {
+    c.batch = unit / h->problem.heads_kv;
+    c.head_kv = unit % h->problem.heads_kv;
+    c.head_q = -1;
+    c.group_rank = 0;
+  } else {
+    const int32_t r = unit % h->problem.heads_q;
+    c.batch = unit / h->problem.heads_q;
+    c.head_kv = r / h->group_size;
+    c.group_rank = r % h->group_size;
+    c.head_q = c.head_kv * h->group_size + group_head_by_rank[c.group_rank];
+  }
+  return c;
+}
+
 #ifdef __cplusplus
 } /* extern "C" */
 #define DASH_STATIC_ASSERT(c, m) static_assert(c, m)

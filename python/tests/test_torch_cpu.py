@@ -117,6 +117,12 @@ def test_bad_input_names_the_argument(mutate, message):
         dash_attn.attention(q, k, v)
 
 
+def test_device_mismatch_names_the_argument():
+    q, k, v = inputs(1, 16, 16, 2, 2, 32)
+    with pytest.raises(ValueError, match="k is on meta but q is on cpu"):
+        dash_attn.attention(q.detach(), k.detach().to("meta"), v.detach())
+
+
 def test_bad_schedule_and_scale():
     q, k, v = inputs(1, 16, 16, 1, 1, 32)
     with pytest.raises(ValueError, match="schedule 'fastest'"):

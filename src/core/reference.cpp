@@ -17,19 +17,6 @@ float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// A unit's batch, KV head and (SPLIT_HEADS only) query head: the mapping of plan_format.h, "Units".
-struct UnitCoords {
-  int32_t batch, head_kv, head_q_split; // head_q_split: the unit's query head in SPLIT_HEADS mode
-};
-
-UnitCoords unit_coords(const Plan& plan, int32_t unit) {
-  const dash_plan_header& h = plan.header;
-  if (h.gqa_mode == DASH_GQA_PACK_GROUP) return {unit / h.problem.heads_kv, unit % h.problem.heads_kv, -1};
-  const int32_t b = unit / h.problem.heads_q, r = unit % h.problem.heads_q;
-  const int32_t hk = r / h.group_size;
-  return {b, hk, hk * h.group_size + plan.group_head_by_rank[r % h.group_size]};
-}
-
 // One (Q tile, KV tile) block of one head: P and dS in fp32 over the block's in-range rows and keys.
 struct Block {
   int64_t row0, rows, key0, keys;
@@ -154,9 +141,9 @@ void backward(const Plan& plan, float scale, const Tensor& q, const Tensor& k, c
 
   std::vector<float> seg_dk(size_t(bn * d)), seg_dv(size_t(bn * d));
   for (int32_t unit = 0; unit < h.num_units; ++unit) {
-    const UnitCoords uc = unit_coords(plan, unit);
+    const dash_unit_coords uc = dash_unit_coords_of(&plan.header, plan.group_head_by_rank.data(), unit);
     auto head_of = [&](const dash_visit& vis) {
-      return uc.head_q_split >= 0 ? uc.head_q_split : uc.head_kv * h.group_size + vis.head_in_unit;
+      return uc.head_q >= 0 ? uc.head_q : uc.head_kv * h.group_size + vis.head_in_unit;
     };
     for (const dash_segment& seg : plan.segments) {
       std::fill(seg_dk.begin(), seg_dk.end(), 0.f);
@@ -190,7 +177,7 @@ void backward(const Plan& plan, float scale, const Tensor& q, const Tensor& k, c
 
     // dQ of this unit, accumulator by accumulator, contributions in rank order.
     for (int32_t head_in_unit = 0; head_in_unit < h.heads_per_unit; ++head_in_unit) {
-      const int32_t hq = uc.head_q_split >= 0 ? uc.head_q_split : uc.head_kv * h.group_size + head_in_unit;
+      const int32_t hq = uc.head_q >= 0 ? uc.head_q : uc.head_kv * h.group_size + head_in_unit;
       for (int32_t qt = 0; qt < h.num_q_tiles; ++qt) {
         const int64_t row0 = int64_t(qt) * bm, rows = std::min<int64_t>(p.seqlen_q, row0 + bm) - row0;
         std::vector<float> acc(size_t(rows * d), 0.f), partial(size_t(rows * d));

@@ -164,7 +164,9 @@ class Simulation {
     return (size_t(unit) * h_.heads_per_unit + v.head_in_unit) * h_.num_q_tiles + v.q_tile;
   }
   // Units of one KV-head group are consecutive, in dK/dV rank order (dash/plan_format.h).
-  int32_t group_rank(int32_t unit) const { return (unit % h_.problem.heads_q) % h_.group_size; }
+  int32_t group_rank(int32_t unit) const {
+    return dash_unit_coords_of(&h_, plan_.group_head_by_rank.data(), unit).group_rank;
+  }
   size_t dkv_index(int32_t unit, int32_t kv_tile) const {
     return size_t(unit / h_.group_size) * h_.num_kv_tiles + kv_tile;
   }
