@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "test_problems.hpp"
 #include "dash/dash_attn.h"
 #include "dash/plan.hpp"
 
@@ -57,16 +58,9 @@ struct Case {
            (mask == DASH_MASK_CAUSAL ? "_causal" : "_full");
   }
   dash_problem problem() const {
-    dash_problem p{};
-    p.batch = batch;
-    p.heads_q = heads_q;
-    p.heads_kv = heads_kv;
-    p.seqlen_q = seqlen_q;
-    p.seqlen_k = seqlen_k;
-    p.head_dim = head_dim;
-    p.mask_kind = mask;
-    p.window_left = p.window_right = -1;
-    return p;
+    return dash::test::make_problem(seqlen_q, seqlen_k, static_cast<dash::Mask>(mask), heads_q, heads_kv, batch,
+                                    head_dim)
+        .to_c();
   }
 };
 
