@@ -17,6 +17,8 @@
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cutlass/numeric_types.h>
 
+#include "sm90_primitives.cuh"  // launch_register_pool
+
 namespace dash::sm90 {
 
 // Tile sizes by head dim. kBlockM is fixed by the warpgroup split (2 consumer warpgroups x 64 rows).
@@ -92,8 +94,9 @@ struct FwdConfig {
   // setmaxnreg budgets: the producer only issues TMA, the consumers hold S, P and O in registers.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
-  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= 65536,
-                "register budgets exceed the register file");
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <=
+                    dash::sm90::launch_register_pool(kThreads),
+                "register budgets exceed the CTA's register pool: setmaxnreg.inc would wait forever");
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "wgmma shape constraints");
   static_assert(kStages >= 2, "the consumer holds one K and one V stage while the next loads");
 

@@ -11,6 +11,12 @@
 
 namespace dash::sm90 {
 
+// setmaxnreg moves registers within the CTA's pool, which is what the launch allocated: the entry's register
+// count (the __launch_bounds__ cap, 65536 / threads rounded down to the allocation granule of 8) times the
+// threads. setmaxnreg.inc BLOCKS until the pool has the registers, so warpgroup budgets that add up to more
+// than this pool hang the kernel at its first instruction (65536 is the SM's file, not the CTA's pool).
+constexpr int launch_register_pool(int threads) { return (65536 / threads) / 8 * 8 * threads; }
+
 // bar.sync / bar.arrive on hardware barrier `id` (1..15; 0 is __syncthreads) for `num_threads` threads.
 // A sync blocks until `num_threads` threads have arrived (sync or arrive); an arrive does not block.
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t num_threads) {

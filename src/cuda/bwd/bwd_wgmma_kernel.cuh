@@ -67,9 +67,15 @@ struct WgConfig {
   static constexpr int kMmaThreads = 128 * kMmaWarpgroups;
   static constexpr int kMmaWarps = kMmaThreads / 32;
   static constexpr int kThreads = 128 + kMmaThreads;
-  static constexpr int kProducerRegisters = 32;  // producer lane and store warp; 32 x 128 + 240 x 256 = 65536
-  static constexpr int kMmaRegisters = 240;
-  static_assert(kProducerRegisters * 128 + kMmaRegisters * kMmaThreads <= 65536, "register file");
+  // setmaxnreg budgets. They must fit the CTA's pool, 168 x 384 = 64,512 (not the SM's 65,536: the first
+  // version asked for 32 x 128 + 240 x 256 = 65,536 and hung in setmaxnreg.inc on its first run).
+#ifndef DASH_WG_PRODUCER_REGS
+#define DASH_WG_PRODUCER_REGS 24
+#endif
+  static constexpr int kProducerRegisters = DASH_WG_PRODUCER_REGS;  // producer lane and store warp
+  static constexpr int kMmaRegisters = (dash::sm90::launch_register_pool(kThreads) - kProducerRegisters * 128) / kMmaThreads / 8 * 8;
+  static_assert(kProducerRegisters * 128 + kMmaRegisters * kMmaThreads <= dash::sm90::launch_register_pool(kThreads),
+                "register budgets exceed the CTA's register pool: setmaxnreg.inc would wait forever");
   static constexpr int kQStages = 2;  // Q / dO / LSE2 / delta ring depth (one visit ahead)
   static_assert(kMmaThreads == kComputeThreads, "store_warp_loop's dq_full barrier counts kComputeThreads arrivals");
 
@@ -212,6 +218,43 @@ __device__ __forceinline__ void mma_barrier(uint32_t id) {
   dash::sm90::named_barrier_sync(id, 256);
 }
 
+// Every intra-CTA mbarrier wait of this kernel goes through wg_wait. This kernel is experimental: a wait that
+// has not completed after DASH_BWD_WGMMA_WATCHDOG_CYCLES clock cycles (default 2^35, ~17 s at 1.98 GHz; the
+// slowest legitimate wait measured, a plan run while another kernel held the SMs, took 0.2 s) ends the kernel
+// with an error instead of a hang: it writes to the invalid address 256 x (site + 1), so the launch fails with
+// "illegal address", and compute-sanitizer memcheck names the site (the address), the block and the thread.
+// The whole wait is one asm block, like CUTLASS's ClusterBarrier::wait: a C++ retry loop around try_wait put
+// control flow between the wgmmas and tripled the spills (40 -> ~1200 bytes). 0 compiles CUTLASS's wait.
+#ifndef DASH_BWD_WGMMA_WATCHDOG_CYCLES
+#define DASH_BWD_WGMMA_WATCHDOG_CYCLES (1ull << 35)
+#endif
+enum WgWaitSite : uint32_t { kSiteKvEmpty, kSiteKvFull, kSiteQEmpty, kSiteQFull, kSiteDqEmpty, kSiteClaim };
+__device__ __forceinline__ void wg_wait(uint64_t* bar, uint32_t parity, WgWaitSite site) {
+#if DASH_BWD_WGMMA_WATCHDOG_CYCLES > 0
+  asm volatile(
+      "{\n\t"
+      ".reg .pred ready, late;\n\t"
+      ".reg .u64 t0, t1;\n\t"
+      "mov.u64 t0, %%clock64;\n\t"
+      "WG_WAIT_RETRY:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 ready, [%0], %1;\n\t"
+      "@ready bra.uni WG_WAIT_DONE;\n\t"
+      "mov.u64 t1, %%clock64;\n\t"
+      "sub.u64 t1, t1, t0;\n\t"
+      "setp.gt.u64 late, t1, %2;\n\t"
+      "@late st.global.u32 [%3], %1;\n\t"
+      "@late trap;\n\t"
+      "bra.uni WG_WAIT_RETRY;\n\t"
+      "WG_WAIT_DONE:\n\t"
+      "}" ::"r"(smem_addr(bar)),
+      "r"(parity), "l"(uint64_t(DASH_BWD_WGMMA_WATCHDOG_CYCLES)), "l"(uint64_t(site + 1) * 256u)
+      : "memory");
+#else
+  (void)site;
+  dash::sm90::mbarrier_wait(bar, parity);
+#endif
+}
+
 // 1-D bulk copy global -> shared, completing `bytes` transaction bytes on `bar` (LSE2 / delta rows).
 __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
   asm volatile(
@@ -229,7 +272,6 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
   using namespace cute;
   using dash::sm90::mbarrier_arrive;
   using dash::sm90::mbarrier_arrive_expect_tx;
-  using dash::sm90::mbarrier_wait;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
   const BwdParams& p = P.base;
 
@@ -255,8 +297,13 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
       // those) AND the MMA warpgroups finished the item (its split-GQA dK/dV waits included), i.e. after
       // every wait of the item, for every plan. Both counters are advanced by threads of this CTA whose own
       // waits end by the DEADLOCK.md argument (awaited visits belong to claimed items of running CTAs).
+      const long long start = clock64();
       while (atomicAdd(&s.items_waits_done, 0) < items_with_waits || atomicAdd(&s.items_mma_done, 0) < items_with_mma) {
         __nanosleep(64);
+        if (DASH_BWD_WGMMA_WATCHDOG_CYCLES > 0 && uint64_t(clock64() - start) > DASH_BWD_WGMMA_WATCHDOG_CYCLES) {
+          *reinterpret_cast<volatile uint32_t*>(uintptr_t(kSiteClaim + 1) * 256u) = 0;  // see wg_wait
+          __trap();
+        }
       }
     }
     const int ticket = atomicAdd(p.ticket_counter, 1);
@@ -293,7 +340,7 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
       // WAIT (K/V buffer free): every MMA warp arrived on kv_empty after its last GEMM reading K/V of the
       // previous segment completed (warpgroup_wait) and after it copied the segment record. The MMA warps
       // only wait on this CTA's producer and store warp, whose waits end (DEADLOCK.md), so this ends too.
-      mbarrier_wait(&s.kv_empty, kv_phase ^ 1u);
+      wg_wait(&s.kv_empty, kv_phase ^ 1u, kSiteKvEmpty);
       s.segment[kv_phase] = SegmentRecord{0, b, head_kv, int32_t(seg.kv_tile), group_rank, int32_t(seg.num_visits),
                                 sgi + 1 == item.num_segments ? 1 : 0};
       // The arrive (release.cta) publishes the record above; the TMA completes the transaction bytes. The MMA
@@ -310,7 +357,7 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
         const int st = q_state.index;
         // WAIT (Q stage free): every MMA warp arrived on q_empty[st] after the GEMMs that read this stage
         // (two visits ago) completed and after it copied the visit record.
-        mbarrier_wait(&s.q_empty[st], q_state.phase ^ 1u);
+        wg_wait(&s.q_empty[st], q_state.phase ^ 1u, kSiteQEmpty);
         s.visit[st] = VisitRecord{head, int32_t(vis.q_tile), int32_t(vis.dq_rank), int32_t(vis.flags), index, ticket,
                                   (sgi == last_segment_with_visits && vi + 1 == seg.num_visits) ? 1 : 0,
                                   int32_t(seg.kv_tile)};
@@ -337,7 +384,7 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
   }
 
   // No more tickets: an exit record instead of a segment (no bytes: the plain arrive completes the phase).
-  mbarrier_wait(&s.kv_empty, kv_phase ^ 1u);
+  wg_wait(&s.kv_empty, kv_phase ^ 1u, kSiteKvEmpty);
   s.segment[kv_phase].exit = 1;
   mbarrier_arrive(&s.kv_full);
 }
@@ -349,7 +396,6 @@ template <class Config>
 __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread) {
   using namespace cute;
   using dash::sm90::mbarrier_arrive;
-  using dash::sm90::mbarrier_wait;
   using dash::sm90::warpgroup_gemm;
   using Element = typename Config::Element;
   using StdElement = typename Config::StdElement;
@@ -417,7 +463,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
   for (;;) {
     // WAIT (segment): the producer's arrive released the record, the TMA completed K and V. The producer's
     // own waits (claim rule, free buffers) end by DEADLOCK.md, so this does.
-    mbarrier_wait(&s.kv_full, kv_phase);
+    wg_wait(&s.kv_full, kv_phase, kSiteKvFull);
     // Only the loop bound is kept in registers; the epilogue reads the rest of the record from its slot
     // (holding it across the visit loop made ptxas spill it).
     const SegmentRecord& seg = s.segment[kv_phase];
@@ -430,7 +476,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
     for (int vi = 0; vi < num_visits; ++vi) {
       const int st = q_state.index;
       // WAIT (visit): Q, dO, LSE2, delta of this stage landed and its record is published (acquire).
-      mbarrier_wait(&s.q_full[st], q_state.phase);
+      wg_wait(&s.q_full[st], q_state.phase, kSiteQFull);
       const VisitRecord vis = s.visit[st];
 
       // S^T = K_w Q^T and dP^T = V_w dO^T, one commit group each.
@@ -493,7 +539,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       // Hand the dQ partial to the store warp, exactly as the verified kernel does. WAIT (staging buffer)
       // until the store warp drained it: it drains in order and is only held up by a dQ-order wait, which
       // ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
-      mbar_wait(&s.dq_empty[dq_stage], dq_phase ^ 1);
+      wg_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
       {
         // The staging layout is the store warp's (swz_f32<128>: 4-float chunks XOR row & 7), as a CuTe swizzle
         // on the row-major offset: bits [2, 5) ^= bits [7, 10). Partitioned like the accumulator, so every
@@ -582,7 +628,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
 
   // No more work: tell the store warp (it drains the buffers in order, so it finishes every earlier add
   // before it reads this record and exits). Same as the verified kernel.
-  mbar_wait(&s.dq_empty[dq_stage], dq_phase ^ 1);
+  wg_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
   if (thread == 0) s.handoff[dq_stage].accumulator = -1;
   mbar_arrive(&s.dq_full[dq_stage]);
 }
