@@ -4,13 +4,15 @@
 // writes one JSON line per (config, mode, schedule), plus a table on stdout.
 //
 //   dash-bench-bwd --out backward.jsonl --commit abc1234 [--warmup 3] [--iters 10] [--only-hdim 64|128]
-//                  [--quick] [--busy-ms N]
+//                  [--quick] [--busy-ms N] [--config B,S,HQ,HKV,D,full|causal] [--schedules nondet,shift,...]
 //
 // Per configuration: random normal inputs on the device (never zeros), O and LSE from dash_fwd (so P is the
 // real softmax); `warmup` untimed calls, then `iters` calls each bracketed by its own CUDA events; median,
 // min, max. FLOPs = 2.5 * 4 * B * H * Sq * Sk * D, halved for causal with Sq == Sk. Bitwise: the gradients of
 // 3 further runs are hashed and compared. Each row also carries the simulator's makespan for the same plan
 // (dash::simulate with CostModel::for_problem) so the ranking can be calibrated.
+// --config: one configuration instead of the grid (profiling, A/B runs). --schedules: which rows to run, from
+// nondet (the non-deterministic mode with the auto plan) and the deterministic schedules; default all.
 // --busy-ms N: one extra experiment: a kernel that occupies every SM spins for N ms on a second stream while
 // the backward is launched; reports the backward's time and whether its bits match the undisturbed run.
 #include <algorithm>
@@ -89,6 +91,7 @@ int main(int argc, char** argv) {
   std::string out_path = "backward.jsonl", commit = "unknown";
   int warmup = 3, iters = 10, only_hdim = 0, busy_ms = 0;
   bool quick = false;
+  std::string only_config, only_schedules;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -99,6 +102,8 @@ int main(int argc, char** argv) {
     else if (a == "--only-hdim") only_hdim = std::atoi(next().c_str());
     else if (a == "--busy-ms") busy_ms = std::atoi(next().c_str());
     else if (a == "--quick") quick = true;
+    else if (a == "--config") only_config = next();
+    else if (a == "--schedules") only_schedules = "," + next() + ",";
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -128,6 +133,18 @@ int main(int argc, char** argv) {
   if (!only_hdim || only_hdim == 128) {
     configs.push_back({4, 32, 8, 4096, 128, true});  // GQA (Llama-3-8B attention)
     configs.push_back({2, 32, 8, 8192, 128, true});
+  }
+  if (!only_config.empty()) {
+    Config c{};
+    char mask[16] = {};
+    if (std::sscanf(only_config.c_str(), "%d,%d,%d,%d,%d,%15s", &c.batch, &c.seqlen, &c.heads_q, &c.heads_kv,
+                    &c.head_dim, mask) != 6 ||
+        (std::strcmp(mask, "full") != 0 && std::strcmp(mask, "causal") != 0)) {
+      std::fprintf(stderr, "--config: expected B,S,HQ,HKV,D,full|causal, got %s\n", only_config.c_str());
+      return 2;
+    }
+    c.causal = std::strcmp(mask, "causal") == 0;
+    configs = {c};
   }
   const std::vector<const char*> schedules = {"ascending", "descending", "shift", "symmetric-shift", "auto"};
 
@@ -196,6 +213,10 @@ int main(int argc, char** argv) {
     std::vector<std::pair<const char*, int>> modes = {{"auto", 0}};
     for (const char* s : schedules) modes.push_back({s, 1});
     for (auto [schedule, det] : modes) {
+      if (!only_schedules.empty() &&
+          only_schedules.find("," + std::string(det ? schedule : "nondet") + ",") == std::string::npos) {
+        continue;
+      }
       dash_plan_t plan = nullptr;
       if (dash_plan_create(&p, schedule, 0, DASH_GQA_SPLIT_HEADS, &plan) != DASH_OK) {
         std::printf("%-34s %-8s %-16s plan refused: %s\n", config_name, det ? "det" : "nondet", schedule,

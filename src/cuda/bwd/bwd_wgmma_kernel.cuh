@@ -23,6 +23,7 @@
 //   split-head GQA), exactly as in the verified kernel.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include <cute/tensor.hpp>
@@ -482,37 +483,49 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       // S^T = K_w Q^T and dP^T = V_w dO^T, one commit group each.
       warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), tSrS);
       warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), tSrdP);
-      // WAIT (wgmma): the P / dS math below reads both accumulators, which is undefined while they are in
-      // flight. (Overlapping dP with the exp2 of S would need warpgroup_wait<1>; not done yet.)
-      warpgroup_wait<0>();
 
-      // P^T and dS^T. Masking where the plan says the block is partly masked, and on a last KV tile that
-      // the keys do not fill; rows past seqlen_q or with LSE = -inf have LSE2 = +inf, so P = 0 there.
-      const bool need_mask = (vis.flags & DASH_VISIT_PARTIAL_MASK) || (vis.kv_tile + 1) * kBlockN > p.seqlen_k;
+      // Masking where the plan says the block is partly masked, and on a last KV tile that the keys do not
+      // fill; rows past seqlen_q or with LSE = -inf have LSE2 = +inf, so P = 0 there.
       // Register i sits at (key_base + r0_i, col_base + c0_i) with (r0_i, c0_i) = thread 0's coordinates,
       // compile-time constants. Key visible to query iff key < seqlen_k and (not causal or
       // key <= query + seqlen_k - seqlen_q); both tests become one runtime value per visit compared with
       // constants (written this way because ptxas hoisted 16 per-column values out of the loops and spilled).
+      const bool need_mask = (vis.flags & DASH_VISIT_PARTIAL_MASK) || (vis.kv_tile + 1) * kBlockN > p.seqlen_k;
       const int key_base = vis.kv_tile * kBlockN + get<0>(tScS(0));
       const int col_base = get<1>(tScS(0));
-      const int keys_left = p.seqlen_k - key_base;                                     // masked iff r0 >= it
-      const int diag = key_base - col_base - (vis.q_tile * kBlockM + causal_offset);  // masked iff > c0 - r0
       const float* lse2_row = &s.lse2[st][col_base];
       const float* delta_row = &s.delta[st][col_base];
+
+      // WAIT (wgmma): S^T's group (committed first) is complete; dP^T's may still run while P is computed.
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tSrS);  // keep the reads of S^T below the wait
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) {
-        const int r0 = get<0>(tScS0(i)), c0 = get<1>(tScS0(i));
-        float prob = dash::sm90::exp2_approx(tSrS(i) * p.scale_log2 - lse2_row[c0]);
-        if (need_mask) {
-          const bool masked = r0 >= keys_left || (p.causal && diag > c0 - r0);
-          prob = masked ? 0.f : prob;
-        }
-        tPr(i) = Element(prob);
-        tdSr(i) = Element(prob * (tSrdP(i) - delta_row[c0]));
+        tSrS(i) = dash::sm90::exp2_approx(tSrS(i) * p.scale_log2 - lse2_row[get<1>(tScS0(i))]);
       }
-
-      // dV_w += P^T dO (A = P^T from registers); it runs while dS^T goes to shared memory.
+      if (need_mask) {
+        // One branch per visit (uniform across the warpgroup); the loop inside has no branches.
+        const int keys_left = p.seqlen_k - key_base;                                         // masked iff r0 >= it
+        const int diag = p.causal ? key_base - col_base - (vis.q_tile * kBlockM + causal_offset)
+                                  : INT_MIN / 2;                                            // masked iff > c0 - r0
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) {
+          const int r0 = get<0>(tScS0(i)), c0 = get<1>(tScS0(i));
+          tSrS(i) = (r0 >= keys_left || diag > c0 - r0) ? 0.f : tSrS(i);
+        }
+      }
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) tPr(i) = Element(tSrS(i));
+      // dV_w += P^T dO (A = P^T from registers): it runs while dS^T is computed and stored.
       warpgroup_gemm<false, true>(mma_dkv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
+
+      // WAIT (wgmma): groups complete in commit order, so at most one pending (dV) means dP^T is complete.
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tSrdP);
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) {
+        tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_row[get<1>(tScS0(i))]));
+      }
 
       // BARRIER (dS free): the other warpgroup's dQ GEMM of the previous visit read sdS; it completed
       // (warpgroup_wait<0> below) before that warpgroup reached this barrier. tdSr is not yet an operand of
