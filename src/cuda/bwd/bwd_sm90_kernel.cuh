@@ -326,12 +326,34 @@ __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
 
 // `Smem` is BwdSmem here; the experimental wgmma kernel (bwd_wgmma_kernel.cuh) passes its own shared-memory
 // struct, which has the same dq / handoff / dq_full / dq_empty / items_waits_done members.
-template <int kHeadDim, class Smem>
-__device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s) {
+//
+// kStoreWarps warps (store_warp = 0 .. kStoreWarps - 1, each calling this) share every staging buffer: warp w
+// drains rows [w * kBlockM / kStoreWarps, (w + 1) * kBlockM / kStoreWarps). dq_empty counts 32 x kStoreWarps
+// arrivals. With several, kStoreBarrier (a named barrier id the caller reserves for them) joins their fences
+// before the release. Why the loop looks like this: profiled on the H200 with the wgmma kernel, a generic
+// per-element loop (index arithmetic, a store-or-add branch per element, generic loads of shared memory) made
+// one warp take about 5 us per tile, slower than the MMA warpgroups produce tiles. Here each lane owns one
+// 16-byte column chunk: shared and global addresses are a per-lane base plus compile-time constants, the
+// swizzle is one XOR with a constant, and two rows are loaded before they are added.
+template <int kHeadDim, class Smem, int kStoreWarps = 1, uint32_t kStoreBarrier = 0>
+__device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int store_warp = 0) {
   constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;
   constexpr int kTileFloats = kBlockM * kHeadDim;
-  constexpr int kChunksPerRow = kHeadDim / 4;
+  constexpr int kChunksPerRow = kHeadDim / 4;        // 16-byte chunks per row
+  static_assert(kChunksPerRow <= 32 && 32 % kChunksPerRow == 0, "a warp covers whole rows");
+  constexpr int kRowsPerStep = 32 / kChunksPerRow;   // rows one warp-wide access covers (a power of 2)
+  constexpr int kRowsPerWarp = kBlockM / kStoreWarps;
+  static_assert(kRowsPerWarp % 8 == 0 && kRowsPerWarp % (2 * kRowsPerStep) == 0, "row split");
+  constexpr int kSteps = kRowsPerWarp / kRowsPerStep;
+  static_assert(kStoreWarps == 1 || kStoreBarrier != 0, "several store warps need a named barrier");
   const int lane = threadIdx.x % 32;
+  // This lane's first row and chunk; step k adds k * kRowsPerStep rows. The staging swizzle (swz_f32: chunk
+  // XOR (row & 7)) is then (chunk ^ first_row & 7) ^ ((k * kRowsPerStep) & 7): the two addends of the row
+  // have disjoint bits (first_row & 7 < kRowsPerStep; kRowsPerWarp is a multiple of 8).
+  const int first_row = store_warp * kRowsPerWarp + lane / kChunksPerRow;
+  const int chunk = lane % kChunksPerRow;
+  const int swizzled_chunk = chunk ^ (first_row & 7);
+  const int global_offset = (first_row * kChunksPerRow + chunk) * 4;  // floats, within the tile
   int32_t items_waits_done = 0;
   uint32_t phase = 0;
 
@@ -342,46 +364,66 @@ __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s) {
     const DqHandoff h = s.handoff[stage];
     if (h.accumulator < 0) break;  // no more work: the compute warps keep no further handshake pending
 
-    float* accum = p.dq_accum + int64_t(h.accumulator) * kTileFloats;
+    float* accum = p.dq_accum + int64_t(h.accumulator) * kTileFloats + global_offset;
     int32_t* counter = p.dq_counters + h.accumulator;
     if (p.deterministic) {
       // WAIT (dQ order). The visit of rank h.rank - 1 of this accumulator has provably been claimed by a running
       // CTA (docs/DEADLOCK.md, "Why that suffices": with the claim rule and P >= the largest wave, or with a
       // backward-only plan, every awaited visit belongs to a claimed item whose CTA is running and whose own
       // earlier waits are satisfiable), so this spin ends. Rank 0 does not wait: its counter is 0 (zeroed
-      // before the launch).
+      // before the launch). Every lane of every store warp acquires for itself.
       wait_counter_equals(counter, h.rank);
-      if (p.order_log != nullptr && lane == 0) {
+      if (p.order_log != nullptr && store_warp == 0 && lane == 0) {
         p.order_log[int64_t(h.accumulator) * p.num_kv_tiles + h.rank] = (int64_t(h.ticket) << 32) | uint32_t(h.visit);
       }
     }
-    if (h.last_of_item) {
-      // The item's last wait is satisfied: the compute warps may claim the next ticket (claim rule).
+    if (h.last_of_item && store_warp == 0) {
+      // The item's last wait is satisfied: the producer may claim the next ticket (claim rule). Every store
+      // warp passed the same wait, or will, and none of them waits on anything else.
       ++items_waits_done;
       if (lane == 0) atomicExch(&s.items_waits_done, items_waits_done);
     }
     // The first contribution (deterministic mode only) stores, so the accumulator needs no memset; every
     // later one adds. In non-deterministic mode all add (the accumulator was zeroed before the launch).
     const bool store_first = p.deterministic && (h.flags & DASH_VISIT_FIRST);
-    const float* staged = s.dq[stage];
-    for (int i = lane; i < kTileFloats / 4; i += 32) {
-      const int row = i / kChunksPerRow, chunk = i % kChunksPerRow;
-      const float4 v = *reinterpret_cast<const float4*>(staged + row * kHeadDim + ((chunk ^ (row & 7)) << 2));
-      if (store_first) {
-        st_v4(accum + i * 4, v);
-      } else {
-        red_add_v4(accum + i * 4, v);
+    const uint32_t staged = smem_addr(s.dq[stage]) + uint32_t(first_row * kHeadDim * 4);
+    auto drain = [&](auto write) {
+#pragma unroll
+      for (int k = 0; k < kSteps; k += 2) {
+        float4 v[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int step = k + j;
+          const uint32_t src = staged + uint32_t(step * kRowsPerStep * kHeadDim * 4) +
+                               uint32_t((swizzled_chunk ^ ((step * kRowsPerStep) & 7)) << 4);
+          asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];"
+                       : "=f"(v[j].x), "=f"(v[j].y), "=f"(v[j].z), "=f"(v[j].w)
+                       : "r"(src)
+                       : "memory");
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) write(accum + (k + j) * kRowsPerStep * kHeadDim, v[j]);
       }
+    };
+    if (store_first) {
+      drain([](float* dst, float4 v) { st_v4(dst, v); });
+    } else {
+      drain([](float* dst, float4 v) { red_add_v4(dst, v); });
     }
     if (p.deterministic) {
       // RELEASE (dQ order). Every lane's adds/stores above are ordered before its fence.acq_rel.gpu; the
-      // __syncwarp (a warp-scope barrier, which orders memory among its lanes) puts all lanes' fences before
-      // lane 0's st.release.gpu, and release is cumulative in the PTX model: a CTA that observes the new value
-      // with ld.acquire.gpu (wait_counter_equals) also observes every lane's writes. All writes here are
-      // generic-proxy (red/st.global), so no proxy fence is needed.
+      // barrier (__syncwarp for one store warp, the store warps' named barrier for several: both order memory
+      // among the threads they join) puts all lanes' fences before one lane's st.release.gpu, and release is
+      // cumulative in the PTX model: a CTA that observes the new value with ld.acquire.gpu
+      // (wait_counter_equals) also observes every lane's writes. All writes here are generic-proxy
+      // (red/st.global), so no proxy fence is needed.
       fence_acq_rel_gpu();
-      __syncwarp();
-      if (lane == 0) st_release_gpu(counter, h.rank + 1);
+      if constexpr (kStoreWarps == 1) {
+        __syncwarp();
+      } else {
+        bar_sync(kStoreBarrier, 32 * kStoreWarps);
+      }
+      if (store_warp == 0 && lane == 0) st_release_gpu(counter, h.rank + 1);
     }
     // The staging buffer may be refilled: every lane's shared-memory reads are done and released by its arrival;
     // the compute warps acquire before writing again.

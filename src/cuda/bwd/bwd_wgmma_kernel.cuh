@@ -78,6 +78,9 @@ struct WgConfig {
   static_assert(kProducerRegisters * 128 + kMmaRegisters * kMmaThreads <= dash::sm90::launch_register_pool(kThreads),
                 "register budgets exceed the CTA's register pool: setmaxnreg.inc would wait forever");
   static constexpr int kQStages = 2;  // Q / dO / LSE2 / delta ring depth (one visit ahead)
+  // Warps 1 and 2 of warpgroup 0 drain the dQ staging buffers (32 rows each): one warp could not keep up with
+  // the MMA warpgroups (H200 profile: they waited on dq_empty for 44% of their samples).
+  static constexpr int kStoreWarps = 2;
   static_assert(kMmaThreads == kComputeThreads, "store_warp_loop's dq_full barrier counts kComputeThreads arrivals");
 
   // ---- shared-memory layouts: every tile K-major (head dim contiguous, as in global memory), SW128 ----
@@ -195,7 +198,7 @@ struct WgSmem {
   alignas(8) uint64_t q_full[Config::kQStages];    // producer arrive + Q/dO/LSE2/delta bytes
   alignas(8) uint64_t q_empty[Config::kQStages];   // 8 MMA warps: done with the stage and its record
   alignas(8) uint64_t dq_full[kDqStages];          // as BwdSmem: 256 MMA-thread arrivals
-  alignas(8) uint64_t dq_empty[kDqStages];         // as BwdSmem: 32 store-warp arrivals
+  alignas(8) uint64_t dq_empty[kDqStages];         // 32 x kStoreWarps store-warp arrivals
   int32_t items_waits_done;  // store warp -> producer: items whose last dQ wait is satisfied (as BwdSmem)
   int32_t items_mma_done;    // MMA warpgroups -> producer: items whose segments (incl. dK/dV adds) are done
 };
@@ -207,12 +210,13 @@ constexpr int wg_smem_bytes() {
   return kBytes;
 }
 
-// Named barriers among the 256 MMA threads (ids 1..3; 0 is __syncthreads; the store warp and the producer
-// use none).
+// Named barriers (0 is __syncthreads; the producer uses none): ids 1..3 among the 256 MMA threads, 4 among the
+// store warps.
 enum WgNamedBarrier : uint32_t {
   kBarMma = 1,      // generic: all MMA threads (split-GQA release, item done)
   kBarDsFree = 2,   // both warpgroups' previous dQ GEMMs (which read sdS) are complete
   kBarDsReady = 3,  // both warpgroups' dS^T halves are written and fenced for the async proxy
+  kBarStore = 4,    // the store warps (store_warp_loop: their fences before the dQ release)
 };
 __device__ __forceinline__ void mma_barrier(uint32_t id) {
   __syncwarp();  // bar.sync is .aligned: reconverge first (callers may come out of a divergent branch)
@@ -666,7 +670,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     }
     for (int i = 0; i < kDqStages; ++i) {
       dash::sm90::mbarrier_init(&s.dq_full[i], Config::kMmaThreads);  // as the verified kernel: every thread
-      dash::sm90::mbarrier_init(&s.dq_empty[i], 32);                  // every store-warp lane
+      dash::sm90::mbarrier_init(&s.dq_empty[i], 32 * Config::kStoreWarps);  // every store-warp lane
     }
     cutlass::arch::fence_barrier_init();  // make the initialised barriers visible to the TMA unit
   }
@@ -683,10 +687,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         cute::prefetch_tma_descriptor(P.tma_v.get_tma_descriptor());
         wg_produce(P, s);
       }
-    } else if (warp == 1) {
-      store_warp_loop<Config::kHeadDim, WgSmem<Config>>(P.base, s);
+    } else if (warp <= Config::kStoreWarps) {
+      store_warp_loop<Config::kHeadDim, WgSmem<Config>, Config::kStoreWarps, kBarStore>(P.base, s, warp - 1);
     }
-    // Warps 2-3 exit; warp 0's other lanes exit (nothing after this waits for them).
+    // Warp 3 exits; warp 0's other lanes exit (nothing after this waits for them).
   } else {
     cutlass::arch::warpgroup_reg_alloc<Config::kMmaRegisters>();
     wg_mma(P, s, int(threadIdx.x) - 128);
