@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// bwd_wgmma_layout_check.cu — host-only check of the EXPERIMENTAL wgmma backward's shared-memory layout
-// algebra (src/cuda/bwd/bwd_wgmma_kernel.cuh); built and registered with ctest only when
-// DASH_EXPERIMENTAL_BWD_WGMMA=ON. Runs without a GPU. Checks:
+// bwd_wgmma_layout_check.cu — host-only check of the wgmma backward's shared-memory layout algebra
+// (src/cuda/bwd/bwd_wgmma_kernel.cuh). Runs without a GPU. Checks:
 //   - the dQ staging layout (CuTe Swizzle<3,2,5> over row-major 64 x 128 fp32) equals the store warp's
 //     swz_f32<128> at every position (the store warp reads what the MMA warpgroups write);
 //   - the transposed operand views (Q^T, dO^T per stage, K^T, dS = view of dS^T) address the same elements

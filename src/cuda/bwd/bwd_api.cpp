@@ -14,9 +14,7 @@
 
 #include "api_error.h"
 #include "bwd_sm90_params.h"
-#if defined(DASH_HAVE_BWD_WGMMA)
 #include "bwd_wgmma_dispatch.h"
-#endif
 #include "dash/dash_attn.h"
 #include "dash/geometry.hpp"
 #include "dash/plan.hpp"
@@ -192,22 +190,23 @@ dash_status validate(const dash_bwd_args* args, dash_plan_t plan, dash_bwd_args&
   return DASH_OK;
 }
 
-// Which backward main kernel runs: read once from the environment variable DASH_BWD_KERNEL. Unset, empty or
-// "mma" (the verified mma.sync kernel) -> kMma; "wgmma" -> the EXPERIMENTAL TMA + wgmma kernel (head dim 128,
-// compiled only with -DDASH_EXPERIMENTAL_BWD_WGMMA=ON); anything else -> kUnknown, which dash_bwd refuses (a
-// typo must not silently benchmark the other kernel).
-enum class BwdKernelChoice { kMma, kWgmma, kUnknown };
+// Which backward main kernel runs: read once from the environment variable DASH_BWD_KERNEL. Unset or empty ->
+// kDefault: the TMA + wgmma kernel for head dim 128, the mma.sync kernel for head dim 64 (the wgmma kernel has
+// no head-dim-64 tiling yet); "mma" -> the mma.sync kernel for both (A/B comparisons); "wgmma" -> the wgmma
+// kernel, refused for head dim 64; anything else -> kUnknown, which dash_bwd refuses (a typo must not
+// silently benchmark another kernel).
+enum class BwdKernelChoice { kDefault, kMma, kWgmma, kUnknown };
 BwdKernelChoice bwd_kernel_choice() {
   static const BwdKernelChoice choice = [] {
     const char* env = std::getenv("DASH_BWD_KERNEL");
-    if (env == nullptr || env[0] == '\0' || std::strcmp(env, "mma") == 0) return BwdKernelChoice::kMma;
+    if (env == nullptr || env[0] == '\0') return BwdKernelChoice::kDefault;
+    if (std::strcmp(env, "mma") == 0) return BwdKernelChoice::kMma;
     if (std::strcmp(env, "wgmma") == 0) return BwdKernelChoice::kWgmma;
     return BwdKernelChoice::kUnknown;
   }();
   return choice;
 }
 
-#if defined(DASH_HAVE_BWD_WGMMA)
 dash_status wgmma_max_coresident(dash_dtype dtype, int32_t& ctas, std::string& error) {
   return dtype == DASH_DTYPE_BF16 ? bwd_wgmma_hdim128_max_coresident<DASH_DTYPE_BF16>(ctas, error)
                                   : bwd_wgmma_hdim128_max_coresident<DASH_DTYPE_FP16>(ctas, error);
@@ -217,7 +216,6 @@ dash_status wgmma_launch(dash_dtype dtype, const BwdParams& params, int32_t ctas
   return dtype == DASH_DTYPE_BF16 ? run_bwd_wgmma_hdim128<DASH_DTYPE_BF16>(params, ctas, coop, stream, error)
                                   : run_bwd_wgmma_hdim128<DASH_DTYPE_FP16>(params, ctas, coop, stream, error);
 }
-#endif
 
 template <int kHeadDim>
 dash_status max_coresident(dash_dtype dtype, int32_t& ctas, std::string& error) {
@@ -346,24 +344,19 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
   }
 
   // Kernel selection (DASH_BWD_KERNEL, read once). Every check above is shared by both kernels; asking for
-  // the experimental one where it is not available is an error, never a silent fallback to the default.
+  // a kernel that cannot run this problem is an error, never a silent fallback to the other.
   const BwdKernelChoice kernel_choice = bwd_kernel_choice();
   if (kernel_choice == BwdKernelChoice::kUnknown) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, std::string("DASH_BWD_KERNEL=") + std::getenv("DASH_BWD_KERNEL") +
                                                  ": unknown backward kernel (use \"mma\" or \"wgmma\", or unset it)");
   }
-  const bool use_wgmma = kernel_choice == BwdKernelChoice::kWgmma;
-#if !defined(DASH_HAVE_BWD_WGMMA)
-  if (use_wgmma) {
-    return fail(DASH_ERROR_UNSUPPORTED,
-                "DASH_BWD_KERNEL=wgmma: this library was built without the experimental TMA + wgmma backward "
-                "kernel (configure with -DDASH_EXPERIMENTAL_BWD_WGMMA=ON); unset DASH_BWD_KERNEL for the default one");
+  if (kernel_choice == BwdKernelChoice::kWgmma && a.problem.head_dim != 128) {
+    return fail(DASH_ERROR_UNSUPPORTED, "DASH_BWD_KERNEL=wgmma: the TMA + wgmma backward kernel supports "
+                                        "head_dim 128 only (got " + std::to_string(a.problem.head_dim) +
+                                        "); unset DASH_BWD_KERNEL for the default kernel of each head dim");
   }
-#endif
-  if (use_wgmma && a.problem.head_dim != 128) {
-    return fail(DASH_ERROR_UNSUPPORTED, "DASH_BWD_KERNEL=wgmma: the experimental wgmma backward kernel supports "
-                                        "head_dim 128 only (got " + std::to_string(a.problem.head_dim) + ")");
-  }
+  const bool use_wgmma = kernel_choice == BwdKernelChoice::kWgmma ||
+                         (kernel_choice == BwdKernelChoice::kDefault && a.problem.head_dim == 128);
 
   // A plan with forward waits needs all its CTAs co-resident (docs/DEADLOCK.md): launch cooperatively, and
   // refuse when the device cannot hold them.
@@ -371,14 +364,9 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
   std::string error;
   if (needs_coresidency) {
     int32_t capacity = 0;
-#if defined(DASH_HAVE_BWD_WGMMA)
     dash_status s = use_wgmma                    ? wgmma_max_coresident(a.dtype, capacity, error)
                     : a.problem.head_dim == 64 ? max_coresident<64>(a.dtype, capacity, error)
                                                : max_coresident<128>(a.dtype, capacity, error);
-#else
-    dash_status s = a.problem.head_dim == 64 ? max_coresident<64>(a.dtype, capacity, error)
-                                             : max_coresident<128>(a.dtype, capacity, error);
-#endif
     if (s != DASH_OK) return fail(s, "dash_bwd: " + error);
     if (h.num_ctas > capacity) {
       return fail(DASH_ERROR_UNSUPPORTED, "plan.num_ctas: " + std::to_string(h.num_ctas) +
@@ -450,13 +438,11 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
       return cuda_fail("cudaMemsetAsync(dk/dv accum)", s);
     }
   }
-#if defined(DASH_HAVE_BWD_WGMMA)
   if (use_wgmma) {
     dash_status s = wgmma_launch(a.dtype, params, h.num_ctas, needs_coresidency, stream, error);
-    if (s != DASH_OK) return fail(s, "dash_bwd (DASH_BWD_KERNEL=wgmma): " + error);
+    if (s != DASH_OK) return fail(s, "dash_bwd (TMA + wgmma kernel): " + error);
     return DASH_OK;
   }
-#endif
   dash_status s = p.head_dim == 64 ? launch<64>(a.dtype, params, h.num_ctas, needs_coresidency, stream, error)
                                    : launch<128>(a.dtype, params, h.num_ctas, needs_coresidency, stream, error);
   if (s != DASH_OK) return fail(s, "dash_bwd: " + error);

@@ -193,7 +193,6 @@ struct DqHandoff {
   int32_t flags;        // dash_visit_flags
   int32_t ticket;
   int32_t visit;        // index in the unit's visit table (order log only)
-  int32_t last_of_item; // the item's last dQ wait: the claim rule looks at it
 };
 
 // The part of a visit record the compute warps use after the loads are issued (written by thread 0 with
@@ -223,7 +222,7 @@ struct BwdSmem {
   uint64_t dq_full[kDqStages];   // compute threads arrive (kComputeThreads) when a staging buffer is filled
   uint64_t dq_empty[kDqStages];  // store-warp lanes arrive (32) when it has been drained
   int32_t ticket;
-  int32_t items_waits_done;  // store warp -> claim rule: items whose last dQ wait has been satisfied (atomics)
+  int32_t waits_done;  // store warp -> claim rule: visits whose dQ wait has been satisfied (atomics)
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -325,39 +324,39 @@ __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
 // order) and adds each into its accumulator at its turn.
 
 // `Smem` is BwdSmem here; the experimental wgmma kernel (bwd_wgmma_kernel.cuh) passes its own shared-memory
-// struct, which has the same dq / handoff / dq_full / dq_empty / items_waits_done members.
+// struct, which has the same dq / handoff / dq_full / dq_empty / waits_done members.
 //
-// kStoreWarps warps (store_warp = 0 .. kStoreWarps - 1, each calling this) share every staging buffer: warp w
-// drains rows [w * kBlockM / kStoreWarps, (w + 1) * kBlockM / kStoreWarps). dq_empty counts 32 x kStoreWarps
-// arrivals. With several, kStoreBarrier (a named barrier id the caller reserves for them) joins their fences
-// before the release. Why the loop looks like this: profiled on the H200 with the wgmma kernel, a generic
-// per-element loop (index arithmetic, a store-or-add branch per element, generic loads of shared memory) made
-// one warp take about 5 us per tile, slower than the MMA warpgroups produce tiles. Here each lane owns one
-// 16-byte column chunk: shared and global addresses are a per-lane base plus compile-time constants, the
-// swizzle is one XOR with a constant, and two rows are loaded before they are added.
-template <int kHeadDim, class Smem, int kStoreWarps = 1, uint32_t kStoreBarrier = 0>
+// kStoreWarps = 1: one warp drains both staging buffers, alternately (= the CTA's visit order).
+// kStoreWarps = kDqStages: warp `store_warp` drains staging buffer `store_warp` only, so one warp's adds and
+// release fence for a tile overlap the other's (the fence waits for every reduction to be performed at L2).
+// Either way each staging buffer has one draining warp (dq_empty counts 32 arrivals) and tiles of one buffer
+// are drained in the order they were filled.
+// Why the loop looks like this: profiled on the H200 with the wgmma kernel, a generic per-element loop (index
+// arithmetic, a store-or-add branch per element, generic loads of shared memory) made the warp take about 5 us
+// per tile, slower than the MMA warpgroups produce tiles. Here each lane owns one 16-byte column chunk: shared
+// and global addresses are a per-lane base plus compile-time constants, the swizzle is one XOR with a
+// constant, and two rows are loaded before they are added.
+template <int kHeadDim, class Smem, int kStoreWarps = 1>
 __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int store_warp = 0) {
   constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;
   constexpr int kTileFloats = kBlockM * kHeadDim;
   constexpr int kChunksPerRow = kHeadDim / 4;        // 16-byte chunks per row
   static_assert(kChunksPerRow <= 32 && 32 % kChunksPerRow == 0, "a warp covers whole rows");
   constexpr int kRowsPerStep = 32 / kChunksPerRow;   // rows one warp-wide access covers (a power of 2)
-  constexpr int kRowsPerWarp = kBlockM / kStoreWarps;
-  static_assert(kRowsPerWarp % 8 == 0 && kRowsPerWarp % (2 * kRowsPerStep) == 0, "row split");
-  constexpr int kSteps = kRowsPerWarp / kRowsPerStep;
-  static_assert(kStoreWarps == 1 || kStoreBarrier != 0, "several store warps need a named barrier");
+  constexpr int kSteps = kBlockM / kRowsPerStep;
+  static_assert(kSteps % 2 == 0, "rows are drained in pairs of steps");
+  static_assert(kStoreWarps == 1 || kStoreWarps == kDqStages, "one warp for all staging buffers, or one per buffer");
   const int lane = threadIdx.x % 32;
   // This lane's first row and chunk; step k adds k * kRowsPerStep rows. The staging swizzle (swz_f32: chunk
-  // XOR (row & 7)) is then (chunk ^ first_row & 7) ^ ((k * kRowsPerStep) & 7): the two addends of the row
-  // have disjoint bits (first_row & 7 < kRowsPerStep; kRowsPerWarp is a multiple of 8).
-  const int first_row = store_warp * kRowsPerWarp + lane / kChunksPerRow;
+  // XOR (row & 7)) is then (chunk ^ first_row) ^ ((k * kRowsPerStep) & 7): the two addends of the row have
+  // disjoint bits (first_row < kRowsPerStep, a power of 2).
+  const int first_row = lane / kChunksPerRow;
   const int chunk = lane % kChunksPerRow;
-  const int swizzled_chunk = chunk ^ (first_row & 7);
+  const int swizzled_chunk = chunk ^ first_row;
   const int global_offset = (first_row * kChunksPerRow + chunk) * 4;  // floats, within the tile
-  int32_t items_waits_done = 0;
+  int stage = store_warp;
   uint32_t phase = 0;
-
-  for (int stage = 0;; stage ^= 1, phase ^= (stage == 0)) {
+  for (;; stage += kStoreWarps, phase ^= (stage >= kDqStages), stage %= kDqStages) {
     // Wait for the compute warps to fill this buffer (their mbarrier arrivals release the staged data and the
     // hand-off record; this wait acquires them).
     mbar_wait(&s.dq_full[stage], phase);
@@ -373,15 +372,14 @@ __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int
       // earlier waits are satisfiable), so this spin ends. Rank 0 does not wait: its counter is 0 (zeroed
       // before the launch). Every lane of every store warp acquires for itself.
       wait_counter_equals(counter, h.rank);
-      if (p.order_log != nullptr && store_warp == 0 && lane == 0) {
-        p.order_log[int64_t(h.accumulator) * p.num_kv_tiles + h.rank] = (int64_t(h.ticket) << 32) | uint32_t(h.visit);
+      if (lane == 0) {
+        if (p.order_log != nullptr) {
+          p.order_log[int64_t(h.accumulator) * p.num_kv_tiles + h.rank] = (int64_t(h.ticket) << 32) | uint32_t(h.visit);
+        }
+        // This visit's wait is satisfied: the claim rule counts these (claim the next ticket only once every
+        // wait of the visits handed off so far is satisfied).
+        atomicAdd(&s.waits_done, 1);
       }
-    }
-    if (h.last_of_item && store_warp == 0) {
-      // The item's last wait is satisfied: the producer may claim the next ticket (claim rule). Every store
-      // warp passed the same wait, or will, and none of them waits on anything else.
-      ++items_waits_done;
-      if (lane == 0) atomicExch(&s.items_waits_done, items_waits_done);
     }
     // The first contribution (deterministic mode only) stores, so the accumulator needs no memset; every
     // later one adds. In non-deterministic mode all add (the accumulator was zeroed before the launch).
@@ -412,18 +410,13 @@ __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int
     }
     if (p.deterministic) {
       // RELEASE (dQ order). Every lane's adds/stores above are ordered before its fence.acq_rel.gpu; the
-      // barrier (__syncwarp for one store warp, the store warps' named barrier for several: both order memory
-      // among the threads they join) puts all lanes' fences before one lane's st.release.gpu, and release is
-      // cumulative in the PTX model: a CTA that observes the new value with ld.acquire.gpu
-      // (wait_counter_equals) also observes every lane's writes. All writes here are generic-proxy
-      // (red/st.global), so no proxy fence is needed.
+      // __syncwarp (a warp-scope barrier, which orders memory among its lanes) puts all lanes' fences before
+      // lane 0's st.release.gpu, and release is cumulative in the PTX model: a CTA that observes the new value
+      // with ld.acquire.gpu (wait_counter_equals) also observes every lane's writes. All writes here are
+      // generic-proxy (red/st.global), so no proxy fence is needed.
       fence_acq_rel_gpu();
-      if constexpr (kStoreWarps == 1) {
-        __syncwarp();
-      } else {
-        bar_sync(kStoreBarrier, 32 * kStoreWarps);
-      }
-      if (store_warp == 0 && lane == 0) st_release_gpu(counter, h.rank + 1);
+      __syncwarp();
+      if (lane == 0) st_release_gpu(counter, h.rank + 1);
     }
     // The staging buffer may be refilled: every lane's shared-memory reads are done and released by its arrival;
     // the compute warps acquire before writing again.
@@ -704,7 +697,7 @@ struct ComputeWarps {
     const bool claim_after_waits = p.deterministic != 0;
     int dq_stage = 0;
     uint32_t dq_phase = 0;  // parity of the staging buffer's current use (flips when dq_stage wraps)
-    int items_with_waits = 0;
+    int visits_handed_off = 0;  // thread 0's count, for the claim rule
 
     float dk[kDBlocks][4], dv[kDBlocks][4], dq[kDqCols / 8][4];
 
@@ -730,11 +723,6 @@ struct ComputeWarps {
         head_kv = r / p.group_size;
         group_rank = r % p.group_size;
         unit_head = head_kv * p.group_size + p.group_head_by_rank[group_rank];
-      }
-      // The item's last visit (in plan order) carries the item's last dQ wait.
-      int last_segment_with_visits = -1;
-      for (int sgi = 0; sgi < item.num_segments; ++sgi) {
-        if (p.segments[item.first_segment + sgi].num_visits > 0) last_segment_with_visits = sgi;
       }
 
       for (int sgi = 0; sgi < item.num_segments; ++sgi) {
@@ -796,8 +784,8 @@ struct ComputeWarps {
             h.flags = vs.flags;
             h.ticket = ticket;
             h.visit = vs.visit;
-            h.last_of_item = (sgi == last_segment_with_visits && vi + 1 == seg.num_visits) ? 1 : 0;
             s.handoff[dq_stage] = h;
+            ++visits_handed_off;
           }
           // Each thread's arrival releases its staged values (and thread 0's hand-off record) to the store warp.
           mbar_arrive(&s.dq_full[dq_stage]);
@@ -809,11 +797,11 @@ struct ComputeWarps {
         segment_epilogue(p, b, head_kv, group_rank, seg.kv_tile, dk, dv);
       }
 
-      if (last_segment_with_visits >= 0) ++items_with_waits;
       if (claim_after_waits && tid == 0) {
-        // CLAIM RULE WAIT. The store warp of this CTA reports when this item's last dQ wait is satisfied; that
-        // wait ends by docs/DEADLOCK.md (the awaited visits belong to claimed items of running CTAs).
-        while (atomicAdd(&s.items_waits_done, 0) < items_with_waits) __nanosleep(64);
+        // CLAIM RULE WAIT. The store warp of this CTA counts the visits whose dQ wait is satisfied; once that is
+        // all visits handed off, the item's last wait is satisfied. Those waits end by docs/DEADLOCK.md (the
+        // awaited visits belong to claimed items of running CTAs).
+        while (atomicAdd(&s.waits_done, 0) < visits_handed_off) __nanosleep(64);
       }
     }
 
@@ -832,7 +820,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_main(const __grid_constant__ 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto& s = *reinterpret_cast<BwdSmem<kHeadDim, Element>*>(smem_raw);
   if (threadIdx.x == 0) {
-    s.items_waits_done = 0;
+    s.waits_done = 0;
     for (int stage = 0; stage < kDqStages; ++stage) {
       mbar_init(&s.dq_full[stage], kComputeThreads);
       mbar_init(&s.dq_empty[stage], 32);

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bwd_wgmma_dispatch.h — entry points of the EXPERIMENTAL TMA + wgmma backward main kernel (head dim 128),
-// compiled only with -DDASH_EXPERIMENTAL_BWD_WGMMA=ON (which defines DASH_HAVE_BWD_WGMMA=1 for the library).
+// bwd_wgmma_dispatch.h — entry points of the TMA + wgmma backward main kernel (head dim 128).
 // Same contract as run_bwd_sm90 / bwd_sm90_max_coresident (bwd_sm90_params.h): preprocess, main, convert on
 // `stream`, the same BwdParams and workspace. No device code here.
 #pragma once

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// EXPERIMENTAL TMA + wgmma backward, head dim 128, bf16 (built only with DASH_EXPERIMENTAL_BWD_WGMMA=ON).
+// TMA + wgmma backward, head dim 128, bf16.
 #include "bwd_wgmma_launch.cuh"
 
 DASH_INSTANTIATE_BWD_WGMMA_HDIM128(DASH_DTYPE_BF16)

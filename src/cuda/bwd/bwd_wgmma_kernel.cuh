@@ -1,26 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
-// bwd_wgmma_kernel.cuh — EXPERIMENTAL plan-executing attention backward main kernel with TMA + wgmma, head
-// dim 128 only (tiles 64 x 128 = dash::default_backward_tiles(128)). Built only with the CMake option
-// DASH_EXPERIMENTAL_BWD_WGMMA=ON and selected only when DASH_BWD_KERNEL=wgmma (bwd_api.cpp). Design, smem and
-// register budgets, and what is most likely to be wrong on first run: docs/kernel-notes-bwd-wgmma.md.
+// bwd_wgmma_kernel.cuh — plan-executing attention backward main kernel with TMA + wgmma, head dim 128 only
+// (tiles 64 x 128 = dash::default_backward_tiles(128)); the default for head dim 128 (DASH_BWD_KERNEL=mma
+// selects the mma.sync kernel of bwd_sm90_kernel.cuh instead, bwd_api.cpp). Design, smem and register
+// budgets, measurements: docs/kernel-notes-bwd-wgmma.md.
 //
-// It shares with the verified kernel (bwd_sm90_kernel.cuh): the preprocess / convert kernels, the store warp
-// (store_warp_loop, unchanged: same dQ hand-off records, same mbarrier protocol, same ordered adds, same
-// release/acquire arguments), the plan decoding, the claim rule and the split-GQA dK/dV ordered adds.
+// It shares with the mma.sync kernel (bwd_sm90_kernel.cuh): the preprocess / convert kernels, the store warp
+// (store_warp_loop: same dQ hand-off records, same mbarrier protocol, same ordered adds, same release/acquire
+// arguments), the plan decoding, the claim rule and the split-GQA dK/dV ordered adds.
 // What is new is who does what inside the CTA:
 //   warpgroup 0 (24 registers): warp 0, one elected lane = PRODUCER: claims tickets (claim rule below), reads
 //     the plan's item / segment / visit records, TMA-loads K and V per segment (one buffer) and Q, dO (TMA)
 //     plus LSE2, delta (bulk copies) per visit into a 2-stage ring, and publishes each segment's and visit's
-//     record in shared memory next to the data. Warp 1 = the STORE warp (store_warp_loop). Warps 2-3 exit.
+//     record in shared memory next to the data. Warps 1 and 2 = the STORE warps (store_warp_loop), one per
+//     dQ staging buffer. Warp 3 exits.
 //   warpgroups 1-2 (240 registers) = MMA warpgroups; warpgroup w owns keys [64w, 64w + 64) of the KV tile:
 //     S^T = K_w Q^T, dP^T = V_w dO^T               (wgmma SS, 64 x 64 x 128, fp32 in registers)
 //     P^T = exp2(S^T * scale_log2 - LSE2), dS^T = P^T (dP^T - delta)   (mask from the visit's flags)
 //     dV_w += P^T dO, dK_w += dS^T Q                (wgmma RS: P^T / dS^T from registers, 64 x 128 x 64)
 //     dS^T -> shared memory (both warpgroups), then dQ_partial[:, 64w..] = dS K[:, 64w..]
 //                                                    (wgmma SS, 64 x 64 x 128), fp32 -> the store warp's
-//                                                    staging buffer, exactly as the verified kernel hands it.
+//                                                    staging buffer, exactly as the mma.sync kernel hands it.
 //   dK / dV stay in registers for the whole segment and are written at its end (or added in group order for
-//   split-head GQA), exactly as in the verified kernel.
+//   split-head GQA), exactly as in the mma.sync kernel.
 #pragma once
 
 #include <climits>
@@ -78,9 +79,9 @@ struct WgConfig {
   static_assert(kProducerRegisters * 128 + kMmaRegisters * kMmaThreads <= dash::sm90::launch_register_pool(kThreads),
                 "register budgets exceed the CTA's register pool: setmaxnreg.inc would wait forever");
   static constexpr int kQStages = 2;  // Q / dO / LSE2 / delta ring depth (one visit ahead)
-  // Warps 1 and 2 of warpgroup 0 drain the dQ staging buffers (32 rows each): one warp could not keep up with
-  // the MMA warpgroups (H200 profile: they waited on dq_empty for 44% of their samples).
-  static constexpr int kStoreWarps = 2;
+  // Warps 1 and 2 of warpgroup 0 drain the dQ staging buffers, one buffer each (store_warp_loop): in the
+  // deterministic mode one warp's release fence then overlaps the other's adds.
+  static constexpr int kStoreWarps = kDqStages;
   static_assert(kMmaThreads == kComputeThreads, "store_warp_loop's dq_full barrier counts kComputeThreads arrivals");
 
   // ---- shared-memory layouts: every tile K-major (head dim contiguous, as in global memory), SW128 ----
@@ -149,7 +150,7 @@ struct WgConfig {
 
 template <class Config>
 struct WgParams {
-  BwdParams base;  // everything the verified kernel gets (plan tables, workspace, modes)
+  BwdParams base;  // everything the mma.sync kernel gets (plan tables, workspace, modes)
   typename Config::TmaLoadQ tma_q;
   typename Config::TmaLoadQ tma_do;
   typename Config::TmaLoadKV tma_k;
@@ -169,7 +170,7 @@ struct SegmentRecord {
 // kv_tile repeats the segment's: the MMA warps take it from here so that nothing of the mask is invariant
 // over a segment's visit loop (ptxas hoisted such values out of the loop and spilled them).
 struct VisitRecord {
-  int32_t head, q_tile, rank, flags, visit, ticket, last_of_item, kv_tile;
+  int32_t head, q_tile, rank, flags, visit, ticket, kv_tile;
 };
 
 template <class Config>
@@ -183,7 +184,7 @@ struct WgSmem {
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> k;
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> v;
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutdSt>, 1024> ds;  // dS^T
-  // The store warp's staging buffers: the verified kernel's format (row-major fp32, swz_f32 chunks).
+  // The store warp's staging buffers: the mma.sync kernel's format (row-major fp32, swz_f32 chunks).
   alignas(128) float dq[kDqStages][kBlockM * kHeadDim];
   alignas(128) float lse2[Config::kQStages][kBlockM];   // bulk-copy destinations: 16-byte aligned
   alignas(128) float delta[Config::kQStages][kBlockM];
@@ -198,9 +199,9 @@ struct WgSmem {
   alignas(8) uint64_t q_full[Config::kQStages];    // producer arrive + Q/dO/LSE2/delta bytes
   alignas(8) uint64_t q_empty[Config::kQStages];   // 8 MMA warps: done with the stage and its record
   alignas(8) uint64_t dq_full[kDqStages];          // as BwdSmem: 256 MMA-thread arrivals
-  alignas(8) uint64_t dq_empty[kDqStages];         // 32 x kStoreWarps store-warp arrivals
-  int32_t items_waits_done;  // store warp -> producer: items whose last dQ wait is satisfied (as BwdSmem)
-  int32_t items_mma_done;    // MMA warpgroups -> producer: items whose segments (incl. dK/dV adds) are done
+  alignas(8) uint64_t dq_empty[kDqStages];         // as BwdSmem: 32 store-warp arrivals
+  int32_t waits_done;      // store warps -> producer: visits whose dQ wait is satisfied (as BwdSmem)
+  int32_t items_mma_done;  // MMA warpgroups -> producer (split-head GQA only): items whose dK/dV adds are done
 };
 
 template <class Config>
@@ -210,20 +211,19 @@ constexpr int wg_smem_bytes() {
   return kBytes;
 }
 
-// Named barriers (0 is __syncthreads; the producer uses none): ids 1..3 among the 256 MMA threads, 4 among the
-// store warps.
+// Named barriers among the 256 MMA threads (ids 1..3; 0 is __syncthreads; the store warps and the producer
+// use none).
 enum WgNamedBarrier : uint32_t {
   kBarMma = 1,      // generic: all MMA threads (split-GQA release, item done)
   kBarDsFree = 2,   // both warpgroups' previous dQ GEMMs (which read sdS) are complete
   kBarDsReady = 3,  // both warpgroups' dS^T halves are written and fenced for the async proxy
-  kBarStore = 4,    // the store warps (store_warp_loop: their fences before the dQ release)
 };
 __device__ __forceinline__ void mma_barrier(uint32_t id) {
   __syncwarp();  // bar.sync is .aligned: reconverge first (callers may come out of a divergent branch)
   dash::sm90::named_barrier_sync(id, 256);
 }
 
-// Every intra-CTA mbarrier wait of this kernel goes through wg_wait. This kernel is experimental: a wait that
+// Every intra-CTA mbarrier wait of this kernel goes through wg_wait. A protocol bug must not hang: a wait that
 // has not completed after DASH_BWD_WGMMA_WATCHDOG_CYCLES clock cycles (default 2^35, ~17 s at 1.98 GHz; the
 // slowest legitimate wait measured, a plan run while another kernel held the SMs, took 0.2 s) ends the kernel
 // with an error instead of a hang: it writes to the invalid address 256 x (site + 1), so the launch fails with
@@ -292,18 +292,20 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
   const bool pack_group = p.gqa_mode == DASH_GQA_PACK_GROUP;
   dash::sm90::PipelineState<Config::kQStages> q_state;
   uint32_t kv_phase = 0;
-  int items_with_waits = 0;  // claimed items that have at least one dQ wait (= one visit)
-  int items_with_mma = 0;    // claimed items that have at least one segment
+  int visits_issued = 0;   // every visit has one dQ wait (rank 0's is satisfied at once)
+  int items_with_mma = 0;  // claimed items that have at least one segment
 
   for (;;) {
     if (p.deterministic) {
-      // CLAIM RULE WAIT (docs/DEADLOCK.md, "Claim rule"), kept exactly as the verified kernel applies it:
-      // claim the next ticket only after the current item's last dQ wait is satisfied (the store warp counts
-      // those) AND the MMA warpgroups finished the item (its split-GQA dK/dV waits included), i.e. after
-      // every wait of the item, for every plan. Both counters are advanced by threads of this CTA whose own
-      // waits end by the DEADLOCK.md argument (awaited visits belong to claimed items of running CTAs).
+      // CLAIM RULE WAIT (docs/DEADLOCK.md, "Claim rule"): claim the next ticket only after every wait of the
+      // current item is satisfied: its dQ waits (the store warps count satisfied visits) and, for split-head
+      // GQA, its dK/dV group-order waits (the MMA warpgroups count finished items). Without split heads the
+      // segment epilogue has no wait, so the next item's loads may overlap it. Both counters are advanced by
+      // threads of this CTA whose own waits end by the DEADLOCK.md argument (awaited visits belong to claimed
+      // items of running CTAs).
       const long long start = clock64();
-      while (atomicAdd(&s.items_waits_done, 0) < items_with_waits || atomicAdd(&s.items_mma_done, 0) < items_with_mma) {
+      while (atomicAdd(&s.waits_done, 0) < visits_issued ||
+             (p.split_dkv && atomicAdd(&s.items_mma_done, 0) < items_with_mma)) {
         __nanosleep(64);
         if (DASH_BWD_WGMMA_WATCHDOG_CYCLES > 0 && uint64_t(clock64() - start) > DASH_BWD_WGMMA_WATCHDOG_CYCLES) {
           *reinterpret_cast<volatile uint32_t*>(uintptr_t(kSiteClaim + 1) * 256u) = 0;  // see wg_wait
@@ -314,7 +316,7 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
     const int ticket = atomicAdd(p.ticket_counter, 1);
     if (ticket >= p.num_tickets) break;
 
-    // Plan decoding: identical to the verified kernel's ComputeWarps::run.
+    // Plan decoding: identical to the mma.sync kernel's ComputeWarps::run.
     const int unit = ticket / p.items_per_unit;
     const dash_item item = p.items[ticket % p.items_per_unit];
     int b, head_kv, unit_head, group_rank;
@@ -329,10 +331,6 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
       head_kv = r / p.group_size;
       group_rank = r % p.group_size;
       unit_head = head_kv * p.group_size + p.group_head_by_rank[group_rank];
-    }
-    int last_segment_with_visits = -1;
-    for (int sgi = 0; sgi < item.num_segments; ++sgi) {
-      if (p.segments[item.first_segment + sgi].num_visits > 0) last_segment_with_visits = sgi;
     }
 
     Tensor gK = local_tile(mK(_, _, head_kv, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
@@ -364,7 +362,6 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
         // (two visits ago) completed and after it copied the visit record.
         wg_wait(&s.q_empty[st], q_state.phase ^ 1u, kSiteQEmpty);
         s.visit[st] = VisitRecord{head, int32_t(vis.q_tile), int32_t(vis.dq_rank), int32_t(vis.flags), index, ticket,
-                                  (sgi == last_segment_with_visits && vi + 1 == seg.num_visits) ? 1 : 0,
                                   int32_t(seg.kv_tile)};
         // Release of the record + expected bytes of the four loads (two TMA tiles, two 256-byte rows).
         mbarrier_arrive_expect_tx(&s.q_full[st], 2 * Config::kQTileBytes + 2 * Config::kRowFloatsBytes);
@@ -382,9 +379,9 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
         bulk_copy_g2s(s.lse2[st], p.lse_log2 + row0, Config::kRowFloatsBytes, &s.q_full[st]);
         bulk_copy_g2s(s.delta[st], p.delta + row0, Config::kRowFloatsBytes, &s.q_full[st]);
         q_state.advance();
+        ++visits_issued;
       }
     }
-    if (last_segment_with_visits >= 0) ++items_with_waits;
     if (item.num_segments > 0) ++items_with_mma;
   }
 
@@ -553,7 +550,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       if (lane_leader) mbarrier_arrive(&s.q_empty[st]);
       q_state.advance();
 
-      // Hand the dQ partial to the store warp, exactly as the verified kernel does. WAIT (staging buffer)
+      // Hand the dQ partial to the store warp, exactly as the mma.sync kernel does. WAIT (staging buffer)
       // until the store warp drained it: it drains in order and is only held up by a dQ-order wait, which
       // ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
       wg_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
@@ -572,7 +569,6 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
         h.flags = vis.flags;
         h.ticket = vis.ticket;
         h.visit = vis.visit;
-        h.last_of_item = vis.last_of_item;
         s.handoff[dq_stage] = h;
       }
       // Each thread's arrival releases its staged values (and thread 0's record) to the store warp.
@@ -586,7 +582,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
     __syncwarp();
     if (lane_leader) mbarrier_arrive(&s.kv_empty);
 
-    // ---- segment epilogue: dK / dV of this KV tile (this unit's share), as the verified kernel ----
+    // ---- segment epilogue: dK / dV of this KV tile (this unit's share), as the mma.sync kernel ----
     // The record's slot stays valid until the next segment's kv_empty (see WgSmem::segment).
     const int seg_b = seg.b, seg_head_kv = seg.head_kv, seg_kv_tile = seg.kv_tile, seg_group_rank = seg.group_rank;
     const bool seg_end_of_item = seg.end_of_item != 0;
@@ -635,19 +631,23 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
         if (thread == 0) st_release_gpu(counter, seg_group_rank + 1);
       }
     }
-    if (seg_end_of_item) {
-      // The item is done here (all its dK/dV waits satisfied and its adds released): tell the producer's
-      // claim rule. The barrier makes "done" mean all 256 threads, as the verified kernel's claim did.
+    if (p.split_dkv && seg_end_of_item) {
+      // The item's dK/dV waits are all satisfied and its adds released: tell the producer's claim rule. The
+      // barrier makes "done" mean all 256 threads.
       mma_barrier(kBarMma);
       if (thread == 0) atomicAdd(&s.items_mma_done, 1);
     }
   }
 
-  // No more work: tell the store warp (it drains the buffers in order, so it finishes every earlier add
-  // before it reads this record and exits). Same as the verified kernel.
-  wg_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
-  if (thread == 0) s.handoff[dq_stage].accumulator = -1;
-  mbar_arrive(&s.dq_full[dq_stage]);
+  // No more work: an exit record in each staging buffer, for the store warp that drains it (it drains its
+  // buffer in order, so it finishes every earlier add before it reads this record and exits).
+  for (int i = 0; i < kDqStages; ++i) {
+    wg_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
+    if (thread == 0) s.handoff[dq_stage].accumulator = -1;
+    mbar_arrive(&s.dq_full[dq_stage]);
+    dq_stage ^= 1;
+    dq_phase ^= (dq_stage == 0);
+  }
 }
 
 template <class Config>
@@ -655,12 +655,14 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     bwd_wgmma_main(CUTE_GRID_CONSTANT WgParams<Config> const P) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // SW128 tiles need 1024-byte alignment; the host asked for 1 KB of slack.
-  auto& s = *reinterpret_cast<WgSmem<Config>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // The offset is added to smem_raw itself (not through an integer) so that the compiler still knows every
+  // pointer derived from `s` is in shared memory and emits shared loads (LDS) instead of generic ones.
+  auto& s = *reinterpret_cast<WgSmem<Config>*>(smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u));
   const int warp = cutlass::canonical_warp_idx_sync();
   const int warpgroup = cutlass::canonical_warp_group_idx();
 
   if (threadIdx.x == 0) {
-    s.items_waits_done = 0;
+    s.waits_done = 0;
     s.items_mma_done = 0;
     dash::sm90::mbarrier_init(&s.kv_full, 1);  // the producer's arrive(_expect_tx)
     dash::sm90::mbarrier_init(&s.kv_empty, Config::kMmaWarps);
@@ -669,8 +671,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       dash::sm90::mbarrier_init(&s.q_empty[i], Config::kMmaWarps);
     }
     for (int i = 0; i < kDqStages; ++i) {
-      dash::sm90::mbarrier_init(&s.dq_full[i], Config::kMmaThreads);  // as the verified kernel: every thread
-      dash::sm90::mbarrier_init(&s.dq_empty[i], 32 * Config::kStoreWarps);  // every store-warp lane
+      dash::sm90::mbarrier_init(&s.dq_full[i], Config::kMmaThreads);  // as the mma.sync kernel: every thread
+      dash::sm90::mbarrier_init(&s.dq_empty[i], 32);                  // every lane of its store warp
     }
     cutlass::arch::fence_barrier_init();  // make the initialised barriers visible to the TMA unit
   }
@@ -688,7 +690,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         wg_produce(P, s);
       }
     } else if (warp <= Config::kStoreWarps) {
-      store_warp_loop<Config::kHeadDim, WgSmem<Config>, Config::kStoreWarps, kBarStore>(P.base, s, warp - 1);
+      store_warp_loop<Config::kHeadDim, WgSmem<Config>, Config::kStoreWarps>(P.base, s, warp - 1);
     }
     // Warp 3 exits; warp 0's other lanes exit (nothing after this waits for them).
   } else {

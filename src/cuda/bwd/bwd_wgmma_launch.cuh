@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bwd_wgmma_launch.cuh — host side of the EXPERIMENTAL TMA + wgmma backward (head dim 128): TMA descriptors
+// bwd_wgmma_launch.cuh — host side of the TMA + wgmma backward (head dim 128): TMA descriptors
 // over the caller's strided Q / dO / K / V, then the same three launches as run_bwd_sm90 (the shared
 // bwd_preprocess and bwd_convert kernels around bwd_wgmma_main), cooperative when the plan needs co-residency.
 // Included only by bwd_wgmma_hdim128_{bf16,fp16}.cu.
@@ -64,7 +64,7 @@ dash_status run_bwd_wgmma_hdim128(BwdParams const& params, int32_t num_ctas, boo
   constexpr int kBlockM = Config::kBlockM;
   cudaError_t status;
 
-  // 1. delta and LSE2 (shared with the verified kernel).
+  // 1. delta and LSE2 (shared with the mma.sync kernel).
   {
     const dim3 grid(unsigned((params.num_q_tiles * kBlockM + 7) / 8), unsigned(params.batch * params.heads_q));
     bwd_preprocess<kHeadDim, StdElement><<<grid, 256, 0, stream>>>(params);
@@ -118,7 +118,7 @@ dash_status run_bwd_wgmma_hdim128(BwdParams const& params, int32_t num_ctas, boo
     }
   }
 
-  // 3. fp32 accumulators -> outputs (shared with the verified kernel).
+  // 3. fp32 accumulators -> outputs (shared with the mma.sync kernel).
   {
     int device = 0, sms = 0;
     cudaGetDevice(&device);
