@@ -10,6 +10,7 @@ import json
 import statistics
 
 import torch
+import torch._dynamo  # here, not in main(): an import inside main() would make `torch` a local name there
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -47,7 +48,6 @@ def main():
     rows = []
     flex = None
     if args.flex:
-        import torch._dynamo
         from torch.nn.attention.flex_attention import flex_attention, create_block_mask
         torch._dynamo.config.recompile_limit = 64  # one compilation per shape of the grid
         flex = torch.compile(flex_attention, dynamic=False)
