@@ -539,20 +539,20 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       cutlass::arch::fence_view_async_shared();
       mma_barrier(kBarDsReady);
 
-      // dK_w += dS^T Q (A = dS^T from registers), then dQ[:, 64w..] = dS K[:, 64w..] (both from smem).
-      warpgroup_gemm<false, true>(mma_dkv, tdSa, tdKrQt(_, _, _, st), tdKrdK);
+      // dQ[:, 64w..] = dS K[:, 64w..] (both from smem) first, then dK_w += dS^T Q (A = dS^T from registers):
+      // the dQ partial is handed to the store warps while the dK GEMM still runs, which hides the staging copy
+      // and gives the ordered add of a deterministic run a head start on the next visit.
       warpgroup_gemm<true, false>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
-      // All three GEMMs of this visit complete: Q/dO of the stage, sdS and the RS operands are free.
-      warpgroup_wait<0>();
-      // RELEASE (Q stage) to the producer: one arrival per warp, after every lane passed the wait above; the
-      // record was copied to registers at the top.
-      __syncwarp();
-      if (lane_leader) mbarrier_arrive(&s.q_empty[st]);
-      q_state.advance();
+      warpgroup_gemm<false, true>(mma_dkv, tdSa, tdKrQt(_, _, _, st), tdKrdK);
+      // WAIT (wgmma): groups complete in commit order (dV, dQ, dK), so at most one pending means dV and dQ are
+      // complete. Only the dK GEMM (accumulator tdKrdK, A registers tdSr) is in flight below: its registers
+      // are not touched until the warpgroup_wait<0> after the hand-off.
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tdQrdQ);  // keep the reads of dQ below the wait
 
-      // Hand the dQ partial to the store warp, exactly as the mma.sync kernel does. WAIT (staging buffer)
-      // until the store warp drained it: it drains in order and is only held up by a dQ-order wait, which
-      // ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
+      // Hand the dQ partial to the store warp of this staging buffer, as the mma.sync kernel does. WAIT
+      // (staging buffer) until that store warp drained it: it drains in order and is only held up by a
+      // dQ-order wait, which ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
       wg_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
       {
         // The staging layout is the store warp's (swz_f32<128>: 4-float chunks XOR row & 7), as a CuTe swizzle
@@ -575,6 +575,15 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       mbar_arrive(&s.dq_full[dq_stage]);
       dq_stage ^= 1;
       dq_phase ^= (dq_stage == 0);
+
+      // All GEMMs of this visit complete: Q/dO of the stage, sdS and the RS operands are free.
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tdKrdK);
+      // RELEASE (Q stage) to the producer: one arrival per warp, after every lane passed the wait above; the
+      // record was copied to registers at the top.
+      __syncwarp();
+      if (lane_leader) mbarrier_arrive(&s.q_empty[st]);
+      q_state.advance();
     }
     // RELEASE (K/V buffer) to the producer: every GEMM reading K/V completed at the last visit's
     // warpgroup_wait<0> (or none ran), and the record is in registers. The next segment's K/V load then
