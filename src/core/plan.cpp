@@ -57,7 +57,10 @@ void finish_validation(Plan& plan, int32_t num_ctas) {
 // count) and is the same for every candidate, so `auto` chooses the same planner for a sequence whatever
 // batch or head count it arrives with.
 std::vector<Problem> canonical_problems(const Problem& real, GqaMode mode, const TileGrid& grid, int32_t num_ctas) {
-  constexpr int64_t kMinFills = 2;                    // KV tiles per CTA in the smallest canonical problem
+  // KV tiles per CTA in the smallest canonical problem. Long enough that start-up effects that real problems
+  // amortise (ascending order on a full mask staggers the CTAs by one hand-off each before it runs freely)
+  // do not decide: with 2, auto chose shift where ascending measured up to 13% faster (docs/calibration.md).
+  constexpr int64_t kMinFills = 8;
   constexpr int64_t kVisitBudget = int64_t(1) << 20; // all sizes together: about a second of simulation
   constexpr int64_t kMaxSizes = 9;
   const int64_t kv_tiles = std::max(1, grid.num_kv_tiles());

@@ -567,21 +567,26 @@ CostModel CostModel::for_problem(const Problem& problem, TileShape tiles) {
   // Measured: bf16 8192^3 matmul on our H200, 777 TFLOP/s over 132 SMs (h200-anchors.md).
   constexpr double kMeasuredMatmulFlopsPerUs = 777e12 / 1e6;
   constexpr double kSms = 132;
-  // Assumed: the backward's 5 GEMMs per block (small, dependent, with softmax work in between) reach about
-  // three quarters of the large-matmul ceiling.
-  constexpr double kBackwardGemmEfficiency = 0.75;
+  // Measured: the fraction of that ceiling the default backward kernels reach (non-deterministic, 8k-16k
+  // tokens, bench/results/backward-2026-11-29-run6-2bbb096.jsonl): head dim <= 64 runs the mma.sync kernel
+  // (~165 TFLOP/s), larger head dims the TMA + wgmma kernel (~500 TFLOP/s).
+  const double backward_efficiency = problem.head_dim <= 64 ? 0.22 : 0.65;
   // Assumed: a masked (partial) block skips about 40% of the work of a full one.
   constexpr double kPartialComputeFraction = 0.6;
   // Assumed: per-SM bandwidth for L2 reduce-adds and tile loads/stores, ~60 GB/s per SM (~8 TB/s chip-wide:
   // above the 4.2 TB/s HBM copy ceiling because the dQ accumulator and K/V tiles are mostly L2-resident).
   constexpr double kPerSmBytesPerUs = 60e9 / 1e6;
-  // Measured upper bound for one ordered cross-CTA hand-off, end to end (h200-platform-notes.md).
-  constexpr double kSignalLatencyUs = 0.7;
+  // Fitted: one ordered cross-CTA hand-off (the store warp's adds, fence and release, then the waiter's
+  // detection) on top of the reduce term. 3 us makes the simulator's first choice on the real problem the
+  // measured-fastest planner (within 1%) in 25 of the 26 configurations of that run (0.7, the end-to-end
+  // latency of a bare flag hand-off in h200-platform-notes.md: 22 of 26, wrong by up to 11% on long
+  // full-mask sequences). It agrees with the profile: a hand-off takes about one visit (docs/calibration.md).
+  constexpr double kSignalLatencyUs = 3.0;
   constexpr double kBf16Bytes = 2, kFp32Bytes = 4;
 
   if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
   const double bm = tiles.block_m, bn = tiles.block_n, d = problem.head_dim;
-  const double per_sm_flops_per_us = kMeasuredMatmulFlopsPerUs / kSms * kBackwardGemmEfficiency;
+  const double per_sm_flops_per_us = kMeasuredMatmulFlopsPerUs / kSms * backward_efficiency;
 
   CostModel m;
   // Backward of one block = 2.5x the forward's 4*bm*bn*d FLOPs (S, dP, dV, dK, dQ GEMMs).
