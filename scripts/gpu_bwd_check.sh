@@ -61,23 +61,21 @@ if [ "$do_build" = 1 ]; then
 fi
 tests_bin="$build/tests/gpu/dash_gpu_bwd_tests"
 
-if true; then
-  # One small case first: a hang (the most likely first-run failure of a new pipeline) costs a minute, not five.
-  echo "== smoke"
-  timeout 60 "$tests_bin" --gtest_filter='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det' \
-    >"$out/smoke$sfx.log" 2>&1
-  rc=$?
-  echo "smoke rc=$rc (124 = timed out: a hang)"; tail -15 "$out/smoke$sfx.log"
-  if [ "$rc" != 0 ]; then
-    # The kernel's watchdog (wg_wait) turns a hang into a write to 256 x (site + 1): memcheck names the site,
-    # the block and the thread.
-    echo "smoke failed: rerunning it under memcheck to locate the wait, then stopping"
-    timeout 150 compute-sanitizer --tool memcheck --print-limit 8 "$tests_bin" \
-      --gtest_filter='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det' \
-      >"$out/smoke-memcheck$sfx.log" 2>&1
-    grep -E -A3 "Invalid __global__|ERROR SUMMARY|error" "$out/smoke-memcheck$sfx.log" | head -40
-    exit 1
-  fi
+# One small case first: a hang (the most likely first-run failure of a new pipeline) costs a minute, not five.
+echo "== smoke"
+timeout 60 "$tests_bin" --gtest_filter='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det' \
+  >"$out/smoke$sfx.log" 2>&1
+rc=$?
+echo "smoke rc=$rc (124 = timed out: a hang)"; tail -15 "$out/smoke$sfx.log"
+if [ "$rc" != 0 ]; then
+  # The kernel's watchdog (wg_wait) turns a hang into a write to 256 x (site + 1): memcheck names the site,
+  # the block and the thread.
+  echo "smoke failed: rerunning it under memcheck to locate the wait, then stopping"
+  timeout 150 compute-sanitizer --tool memcheck --print-limit 8 "$tests_bin" \
+    --gtest_filter='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det' \
+    >"$out/smoke-memcheck$sfx.log" 2>&1
+  grep -E -A3 "Invalid __global__|ERROR SUMMARY|error" "$out/smoke-memcheck$sfx.log" | head -40
+  exit 1
 fi
 
 echo "== tests"
