@@ -341,7 +341,7 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
       const dash_segment seg = p.segments[item.first_segment + sgi];
       // WAIT (K/V buffer free): every MMA warp arrived on kv_empty after its last GEMM reading K/V of the
       // previous segment completed (warpgroup_wait) and after it copied the segment record. The MMA warps
-      // only wait on this CTA's producer and store warp, whose waits end (DEADLOCK.md), so this ends too.
+      // only wait on this CTA's producer and store warps, whose waits end (DEADLOCK.md), so this ends too.
       wg_wait(&s.kv_empty, kv_phase ^ 1u, kSiteKvEmpty);
       s.segment[kv_phase] = SegmentRecord{0, b, head_kv, int32_t(seg.kv_tile), group_rank, int32_t(seg.num_visits),
                                 sgi + 1 == item.num_segments ? 1 : 0};
