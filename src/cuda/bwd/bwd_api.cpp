@@ -14,6 +14,7 @@
 
 #include "api_error.h"
 #include "bwd_sm90_params.h"
+#include "bwd_kernel_choice.hpp"
 #include "bwd_wgmma_dispatch.h"
 #include "dash/dash_attn.h"
 #include "dash/geometry.hpp"
@@ -190,21 +191,13 @@ dash_status validate(const dash_bwd_args* args, dash_plan_t plan, dash_bwd_args&
   return DASH_OK;
 }
 
-// Which backward main kernel runs: read once from the environment variable DASH_BWD_KERNEL. Unset or empty ->
-// kDefault: the TMA + wgmma kernel for head dim 128, the mma.sync kernel for head dim 64 (the wgmma kernel has
-// no head-dim-64 tiling yet); "mma" -> the mma.sync kernel for both (A/B comparisons); "wgmma" -> the wgmma
-// kernel, refused for head dim 64; anything else -> kUnknown, which dash_bwd refuses (a typo must not
-// silently benchmark another kernel).
-enum class BwdKernelChoice { kDefault, kMma, kWgmma, kUnknown };
-BwdKernelChoice bwd_kernel_choice() {
-  static const BwdKernelChoice choice = [] {
+// The value of DASH_BWD_KERNEL, read once per process (bwd_kernel_choice.hpp says what each value selects).
+const std::string& bwd_kernel_env() {
+  static const std::string value = [] {
     const char* env = std::getenv("DASH_BWD_KERNEL");
-    if (env == nullptr || env[0] == '\0') return BwdKernelChoice::kDefault;
-    if (std::strcmp(env, "mma") == 0) return BwdKernelChoice::kMma;
-    if (std::strcmp(env, "wgmma") == 0) return BwdKernelChoice::kWgmma;
-    return BwdKernelChoice::kUnknown;
+    return std::string(env == nullptr ? "" : env);
   }();
-  return choice;
+  return value;
 }
 
 dash_status wgmma_max_coresident(dash_dtype dtype, int32_t& ctas, std::string& error) {
@@ -345,18 +338,14 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
 
   // Kernel selection (DASH_BWD_KERNEL, read once). Every check above is shared by both kernels; asking for
   // a kernel that cannot run this problem is an error, never a silent fallback to the other.
-  const BwdKernelChoice kernel_choice = bwd_kernel_choice();
-  if (kernel_choice == BwdKernelChoice::kUnknown) {
-    return fail(DASH_ERROR_INVALID_ARGUMENT, std::string("DASH_BWD_KERNEL=") + std::getenv("DASH_BWD_KERNEL") +
-                                                 ": unknown backward kernel (use \"mma\" or \"wgmma\", or unset it)");
+  BwdKernel kernel = BwdKernel::kMma;
+  {
+    std::string error;
+    if (dash_status s = select_backward_kernel(bwd_kernel_env(), a.problem.head_dim, kernel, error); s != DASH_OK) {
+      return fail(s, error);
+    }
   }
-  if (kernel_choice == BwdKernelChoice::kWgmma && a.problem.head_dim != 128) {
-    return fail(DASH_ERROR_UNSUPPORTED, "DASH_BWD_KERNEL=wgmma: the TMA + wgmma backward kernel supports "
-                                        "head_dim 128 only (got " + std::to_string(a.problem.head_dim) +
-                                        "); unset DASH_BWD_KERNEL for the default kernel of each head dim");
-  }
-  const bool use_wgmma = kernel_choice == BwdKernelChoice::kWgmma ||
-                         (kernel_choice == BwdKernelChoice::kDefault && a.problem.head_dim == 128);
+  const bool use_wgmma = kernel == BwdKernel::kWgmma;
 
   // A plan with forward waits needs all its CTAs co-resident (docs/DEADLOCK.md): launch cooperatively, and
   // refuse when the device cannot hold them.
