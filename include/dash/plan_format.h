@@ -172,23 +172,32 @@ typedef struct dash_unit_coords {
   int32_t group_rank;
 } dash_unit_coords;
 
-DASH_HOST_DEVICE static inline dash_unit_coords dash_unit_coords_of(const dash_plan_header* h,
-                                                                    const uint8_t* group_head_by_rank,
-                                                                    int32_t unit) {
+DASH_HOST_DEVICE static inline dash_unit_coords dash_unit_coords_from(int32_t gqa_mode, int32_t heads_q,
+                                                                      int32_t heads_kv, int32_t group_size,
+                                                                      const uint8_t* group_head_by_rank,
+                                                                      int32_t unit) {
   dash_unit_coords c;
-  if (h->gqa_mode == DASH_GQA_PACK_GROUP) {
-    c.batch = unit / h->problem.heads_kv;
-    c.head_kv = unit % h->problem.heads_kv;
+  if (gqa_mode == DASH_GQA_PACK_GROUP) {
+    c.batch = unit / heads_kv;
+    c.head_kv = unit % heads_kv;
     c.head_q = -1;
     c.group_rank = 0;
   } else {
-    const int32_t r = unit % h->problem.heads_q;
-    c.batch = unit / h->problem.heads_q;
-    c.head_kv = r / h->group_size;
-    c.group_rank = r % h->group_size;
-    c.head_q = c.head_kv * h->group_size + group_head_by_rank[c.group_rank];
+    const int32_t r = unit % heads_q;
+    c.batch = unit / heads_q;
+    c.head_kv = r / group_size;
+    c.group_rank = r % group_size;
+    c.head_q = c.head_kv * group_size + group_head_by_rank[c.group_rank];
   }
   return c;
+}
+
+/* The same from a plan header (the kernels pass the fields they hold in their parameters). */
+DASH_HOST_DEVICE static inline dash_unit_coords dash_unit_coords_of(const dash_plan_header* h,
+                                                                    const uint8_t* group_head_by_rank,
+                                                                    int32_t unit) {
+  return dash_unit_coords_from(h->gqa_mode, h->problem.heads_q, h->problem.heads_kv, h->group_size,
+                               group_head_by_rank, unit);
 }
 
 #ifdef __cplusplus

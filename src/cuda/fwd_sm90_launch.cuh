@@ -16,6 +16,7 @@
 #include "fwd_dispatch.h"
 #include "fwd_sm90_config.cuh"
 #include "fwd_sm90_kernel.cuh"
+#include "tma_host.cuh"
 
 namespace dash::cuda {
 
@@ -30,30 +31,6 @@ struct ElementOf<DASH_DTYPE_FP16> {
   using type = cute::half_t;
 };
 
-namespace detail {
-
-// CuTe encodes the descriptor with cuTensorMapEncodeTiled and, on failure, only asserts (compiled out in
-// release builds), leaving the descriptor zeroed. A zeroed descriptor therefore means the encoding failed.
-inline bool tma_descriptor_is_zero(void const* descriptor, size_t bytes) {
-  unsigned char const* p = static_cast<unsigned char const*>(descriptor);
-  for (size_t i = 0; i < bytes; ++i) {
-    if (p[i] != 0) return false;
-  }
-  return true;
-}
-
-template <class Config>
-auto make_gmem_tensor(dash_tensor const& t, int seqlen, int heads, int batch) {
-  using namespace cute;
-  using Element = typename Config::Element;
-  return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data)),
-                     make_layout(make_shape(int32_t(seqlen), Int<Config::kHeadDim>{}, int32_t(heads), int32_t(batch)),
-                                 make_stride(int64_t(t.seq_stride), _1{}, int64_t(t.head_stride),
-                                             int64_t(t.batch_stride))));
-}
-
-}  // namespace detail
-
 template <int kHeadDim, dash_dtype kDtype>
 int fwd_sm90_smem_bytes() {
   return sm90::fwd_smem_bytes<sm90::FwdConfig<kHeadDim, typename ElementOf<kDtype>::type>>();
@@ -66,10 +43,10 @@ dash_status run_fwd_sm90(FwdLaunch const& launch, std::string& error) {
   dash_fwd_args const& a = launch.args;
   dash_problem const& pr = a.problem;
 
-  auto gQ = detail::make_gmem_tensor<Config>(a.q, pr.seqlen_q, pr.heads_q, pr.batch);
-  auto gK = detail::make_gmem_tensor<Config>(a.k, pr.seqlen_k, pr.heads_kv, pr.batch);
-  auto gV = detail::make_gmem_tensor<Config>(a.v, pr.seqlen_k, pr.heads_kv, pr.batch);
-  auto gO = detail::make_gmem_tensor<Config>(a.o, pr.seqlen_q, pr.heads_q, pr.batch);
+  auto gQ = tma::make_gmem_tensor<Config>(a.q, pr.seqlen_q, pr.heads_q, pr.batch);
+  auto gK = tma::make_gmem_tensor<Config>(a.k, pr.seqlen_k, pr.heads_kv, pr.batch);
+  auto gV = tma::make_gmem_tensor<Config>(a.v, pr.seqlen_k, pr.heads_kv, pr.batch);
+  auto gO = tma::make_gmem_tensor<Config>(a.o, pr.seqlen_q, pr.heads_q, pr.batch);
 
   int const num_m_blocks = (pr.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   int64_t const num_tiles = int64_t(num_m_blocks) * pr.heads_q * pr.batch;
@@ -106,19 +83,13 @@ dash_status run_fwd_sm90(FwdLaunch const& launch, std::string& error) {
       float(double(a.softmax_scale) * 1.4426950408889634),  // log2(e)
   };
 
-  struct Named {
-    char const* name;
-    void const* descriptor;
-  };
-  Named const descriptors[] = {{"q", params.tma_q.get_tma_descriptor()},
-                               {"k", params.tma_k.get_tma_descriptor()},
-                               {"v", params.tma_v.get_tma_descriptor()},
-                               {"o", params.tma_o.get_tma_descriptor()}};
-  for (Named const& d : descriptors) {
-    if (detail::tma_descriptor_is_zero(d.descriptor, sizeof(cute::TmaDescriptor))) {
-      error = std::string(d.name) + ": cuTensorMapEncodeTiled rejected the tensor (TMA descriptor not encoded)";
-      return DASH_ERROR_CUDA;
-    }
+  if (dash_status s = tma::check_descriptors({{"q", params.tma_q.get_tma_descriptor()},
+                                              {"k", params.tma_k.get_tma_descriptor()},
+                                              {"v", params.tma_v.get_tma_descriptor()},
+                                              {"o", params.tma_o.get_tma_descriptor()}},
+                                             error);
+      s != DASH_OK) {
+    return s;
   }
 
   auto kernel = sm90::attention_fwd_sm90<Config>;

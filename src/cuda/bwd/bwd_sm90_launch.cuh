@@ -32,15 +32,16 @@ inline dash_status cuda_fail(std::string& error, const std::string& what, cudaEr
 }
 }  // namespace detail
 
-template <int kHeadDim, dash_dtype kDtype>
-dash_status bwd_sm90_max_coresident(int32_t& max_ctas, std::string& error) {
-  using Element = typename BwdElementOf<kDtype>::type;
-  auto kernel = bwd_main<kHeadDim, Element>;
-  const int smem_bytes = int(sizeof(BwdSmem<kHeadDim, Element>));
+// The launch steps both backward main kernels share (this file's bwd_main and bwd_wgmma_main).
+
+// Most CTAs of `kernel` (threads, dynamic shared memory) that can be co-resident on the current device.
+template <class Kernel>
+dash_status max_coresident_ctas(Kernel kernel, int threads, int smem_bytes, char const* name, int32_t& max_ctas,
+                                std::string& error) {
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (status != cudaSuccess) return detail::cuda_fail(error, "cudaFuncSetAttribute(bwd_main smem)", status);
+  if (status != cudaSuccess) return detail::cuda_fail(error, std::string("cudaFuncSetAttribute(") + name + " smem)", status);
   int per_sm = 0, device = 0, sms = 0;
-  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes);
+  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes);
   if (status != cudaSuccess) return detail::cuda_fail(error, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", status);
   status = cudaGetDevice(&device);
   if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -49,48 +50,69 @@ dash_status bwd_sm90_max_coresident(int32_t& max_ctas, std::string& error) {
   return DASH_OK;
 }
 
+// 1. delta and LSE2, per padded query row.
+template <int kHeadDim, class Element>
+dash_status launch_bwd_preprocess(BwdParams const& params, cudaStream_t stream, std::string& error) {
+  constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;
+  const dim3 grid(unsigned((params.num_q_tiles * kBlockM + 7) / 8), unsigned(params.batch * params.heads_q));
+  bwd_preprocess<kHeadDim, Element><<<grid, 256, 0, stream>>>(params);
+  if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
+    return detail::cuda_fail(error, "launch of bwd_preprocess", status);
+  }
+  return DASH_OK;
+}
+
+// 2. The plan-executing main kernel, persistent over the plan's tickets: cooperatively when the plan's forward
+// waits need all num_ctas CTAs co-resident (docs/DEADLOCK.md; the host checked num_ctas against
+// max_coresident_ctas before calling).
+template <class Kernel, class Params>
+dash_status launch_bwd_main(Kernel kernel, Params const& params, int32_t num_ctas, int threads, int smem_bytes,
+                            bool cooperative, char const* name, cudaStream_t stream, std::string& error) {
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (status != cudaSuccess) return detail::cuda_fail(error, std::string("cudaFuncSetAttribute(") + name + " smem)", status);
+  if (cooperative) {
+    void* args[] = {const_cast<Params*>(&params)};
+    status = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(unsigned(num_ctas)),
+                                         dim3(unsigned(threads)), args, size_t(smem_bytes), stream);
+    if (status != cudaSuccess) return detail::cuda_fail(error, std::string("cudaLaunchCooperativeKernel(") + name + ")", status);
+  } else {
+    kernel<<<unsigned(num_ctas), unsigned(threads), smem_bytes, stream>>>(params);
+    if ((status = cudaGetLastError()) != cudaSuccess) return detail::cuda_fail(error, std::string("launch of ") + name, status);
+  }
+  return DASH_OK;
+}
+
+// 3. fp32 accumulators -> outputs.
+template <int kHeadDim, class Element>
+dash_status launch_bwd_convert(BwdParams const& params, cudaStream_t stream, std::string& error) {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  bwd_convert<kHeadDim, Element><<<unsigned(sms * 8), 256, 0, stream>>>(params);
+  if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
+    return detail::cuda_fail(error, "launch of bwd_convert", status);
+  }
+  return DASH_OK;
+}
+
+template <int kHeadDim, dash_dtype kDtype>
+dash_status bwd_sm90_max_coresident(int32_t& max_ctas, std::string& error) {
+  using Element = typename BwdElementOf<kDtype>::type;
+  return max_coresident_ctas(bwd_main<kHeadDim, Element>, kThreads, int(sizeof(BwdSmem<kHeadDim, Element>)),
+                             "bwd_main", max_ctas, error);
+}
+
 template <int kHeadDim, dash_dtype kDtype>
 dash_status run_bwd_sm90(BwdParams const& params, int32_t num_ctas, bool cooperative, cudaStream_t stream,
                          std::string& error) {
   using Element = typename BwdElementOf<kDtype>::type;
-  constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;
-  cudaError_t status;
-
-  // 1. delta and LSE2, per padded query row.
-  {
-    const dim3 grid(unsigned((params.num_q_tiles * kBlockM + 7) / 8), unsigned(params.batch * params.heads_q));
-    bwd_preprocess<kHeadDim, Element><<<grid, 256, 0, stream>>>(params);
-    if ((status = cudaGetLastError()) != cudaSuccess) return detail::cuda_fail(error, "launch of bwd_preprocess", status);
+  dash_status s = launch_bwd_preprocess<kHeadDim, Element>(params, stream, error);
+  if (s == DASH_OK) {
+    s = launch_bwd_main(bwd_main<kHeadDim, Element>, params, num_ctas, kThreads,
+                        int(sizeof(BwdSmem<kHeadDim, Element>)), cooperative, "bwd_main", stream, error);
   }
-
-  // 2. The plan-executing kernel.
-  {
-    auto kernel = bwd_main<kHeadDim, Element>;
-    const int smem_bytes = int(sizeof(BwdSmem<kHeadDim, Element>));
-    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-    if (status != cudaSuccess) return detail::cuda_fail(error, "cudaFuncSetAttribute(bwd_main smem)", status);
-    if (cooperative) {
-      // Co-residency of all num_ctas CTAs is what the plan's forward waits need (docs/DEADLOCK.md); the
-      // host checked num_ctas against the occupancy limit before calling.
-      void* args[] = {const_cast<BwdParams*>(&params)};
-      status = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(unsigned(num_ctas)),
-                                           dim3(kThreads), args, size_t(smem_bytes), stream);
-      if (status != cudaSuccess) return detail::cuda_fail(error, "cudaLaunchCooperativeKernel(bwd_main)", status);
-    } else {
-      kernel<<<unsigned(num_ctas), kThreads, smem_bytes, stream>>>(params);
-      if ((status = cudaGetLastError()) != cudaSuccess) return detail::cuda_fail(error, "launch of bwd_main", status);
-    }
-  }
-
-  // 3. fp32 accumulators -> outputs.
-  {
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    bwd_convert<kHeadDim, Element><<<unsigned(sms * 8), 256, 0, stream>>>(params);
-    if ((status = cudaGetLastError()) != cudaSuccess) return detail::cuda_fail(error, "launch of bwd_convert", status);
-  }
-  return DASH_OK;
+  if (s == DASH_OK) s = launch_bwd_convert<kHeadDim, Element>(params, stream, error);
+  return s;
 }
 
 }  // namespace dash::cuda::bwd

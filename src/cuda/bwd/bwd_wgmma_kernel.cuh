@@ -318,19 +318,10 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
     // Plan decoding: identical to the mma.sync kernel's ComputeWarps::run.
     const int unit = ticket / p.items_per_unit;
     const dash_item item = p.items[ticket % p.items_per_unit];
-    int b, head_kv, unit_head, group_rank;
-    if (pack_group) {
-      b = unit / p.heads_kv;
-      head_kv = unit % p.heads_kv;
-      unit_head = -1;
-      group_rank = 0;
-    } else {
-      b = unit / p.heads_q;
-      const int r = unit % p.heads_q;
-      head_kv = r / p.group_size;
-      group_rank = r % p.group_size;
-      unit_head = head_kv * p.group_size + p.group_head_by_rank[group_rank];
-    }
+    const dash_unit_coords unit_coords =
+        dash_unit_coords_from(p.gqa_mode, p.heads_q, p.heads_kv, p.group_size, p.group_head_by_rank, unit);
+    const int b = unit_coords.batch, head_kv = unit_coords.head_kv, unit_head = unit_coords.head_q,
+              group_rank = unit_coords.group_rank;
 
     Tensor gK = local_tile(mK(_, _, head_kv, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
     Tensor gV = local_tile(mV(_, _, head_kv, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// tma_host.cuh — host-side TMA helpers shared by the forward and backward launchers: the caller's strided
+// (batch, seqlen, heads, head_dim) tensor as the CuTe global tensor the TMA descriptors are built from, and the
+// check that every descriptor was actually encoded.
+#pragma once
+
+#include <cstddef>
+#include <initializer_list>
+#include <string>
+
+#include <cute/tensor.hpp>
+
+#include "dash/dash_attn.h"
+
+namespace dash::cuda::tma {
+
+// (seqlen, head dim, heads, batch) with element strides; the head dim is contiguous (validated by the APIs).
+template <class Config>
+auto make_gmem_tensor(dash_tensor const& t, int seqlen, int heads, int batch) {
+  using namespace cute;
+  using Element = typename Config::Element;
+  return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data)),
+                     make_layout(make_shape(int32_t(seqlen), Int<Config::kHeadDim>{}, int32_t(heads), int32_t(batch)),
+                                 make_stride(int64_t(t.seq_stride), _1{}, int64_t(t.head_stride),
+                                             int64_t(t.batch_stride))));
+}
+
+struct NamedDescriptor {
+  char const* name;  // the tensor argument it describes, for the error
+  void const* descriptor;
+};
+
+// CuTe encodes a descriptor with cuTensorMapEncodeTiled and, on failure, only asserts (compiled out in release
+// builds), leaving it zeroed. A zeroed descriptor therefore means the encoding failed (e.g. a stride that is not
+// a multiple of 16 bytes): report it naming the tensor instead of launching with it.
+inline dash_status check_descriptors(std::initializer_list<NamedDescriptor> descriptors, std::string& error) {
+  for (NamedDescriptor const& d : descriptors) {
+    unsigned char const* bytes = static_cast<unsigned char const*>(d.descriptor);
+    bool zero = true;
+    for (size_t i = 0; i < sizeof(cute::TmaDescriptor) && zero; ++i) zero = bytes[i] == 0;
+    if (zero) {
+      error = std::string(d.name) + ": cuTensorMapEncodeTiled rejected the tensor (TMA descriptor not encoded)";
+      return DASH_ERROR_CUDA;
+    }
+  }
+  return DASH_OK;
+}
+
+}  // namespace dash::cuda::tma
