@@ -6,11 +6,10 @@
 #   scripts/gpu_bwd_check.sh [--build-dir DIR] [--no-build] [--bench quick|full|none] [--busy-ms N]
 #                            [--sanitize yes|no] [--tests FILTER] [--torch yes|no] [--kernel default|mma|wgmma]
 #
-# --kernel default (the default): DASH_BWD_KERNEL unset, i.e. the TMA + wgmma kernel for head dim 128 and the
-#   mma.sync kernel for head dim 64. --kernel mma: DASH_BWD_KERNEL=mma (the mma.sync kernel for both; logs and
-#   JSON carry a -mma suffix). --kernel wgmma: DASH_BWD_KERNEL=wgmma, the head-dim-128 tests and benchmark only
-#   (the kernel refuses head dim 64 by design; suffix -wgmma).
-# One small head-dim-128 test runs first under a short timeout: a hang (which the wgmma kernel's watchdog turns
+# --kernel default (the default): DASH_BWD_KERNEL unset, i.e. the TMA + wgmma kernel for both head dims.
+#   --kernel mma: DASH_BWD_KERNEL=mma (the mma.sync kernel for both; logs and JSON carry a -mma suffix).
+#   --kernel wgmma: DASH_BWD_KERNEL=wgmma (the default kernel, asked for by name; suffix -wgmma).
+# One small test per head dim runs first under a short timeout: a hang (which the wgmma kernel's watchdog turns
 # into an error after ~17 s) costs a minute, not five, and is then located with memcheck.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +23,6 @@ sanitize=yes
 tests='*'
 torch_ref=yes
 kernel=default
-tests_given=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build="$2"; shift 2 ;;
@@ -32,7 +30,7 @@ while [ $# -gt 0 ]; do
     --bench) bench="$2"; shift 2 ;;
     --busy-ms) busy_ms="$2"; shift 2 ;;
     --sanitize) sanitize="$2"; shift 2 ;;
-    --tests) tests="$2"; tests_given=1; shift 2 ;;
+    --tests) tests="$2"; shift 2 ;;
     --torch) torch_ref="$2"; shift 2 ;;
     --kernel) kernel="$2"; shift 2 ;;
     *) echo "unknown argument $1"; exit 2 ;;
@@ -42,12 +40,7 @@ sfx=""
 case "$kernel" in
   default) unset DASH_BWD_KERNEL ;;
   mma) export DASH_BWD_KERNEL=mma; sfx="-mma"; torch_ref=no ;;
-  wgmma)
-    export DASH_BWD_KERNEL=wgmma
-    sfx="-wgmma"
-    [ "$tests_given" = 1 ] || tests='*d128*:Backward.*:BackwardArgs.*'
-    torch_ref=no
-    ;;
+  wgmma) export DASH_BWD_KERNEL=wgmma; sfx="-wgmma"; torch_ref=no ;;
   *) echo "unknown --kernel $kernel (default, mma or wgmma)"; exit 2 ;;
 esac
 echo "kernel=$kernel build=$build DASH_BWD_KERNEL=${DASH_BWD_KERNEL:-<unset>}"
@@ -63,16 +56,15 @@ tests_bin="$build/tests/gpu/dash_gpu_bwd_tests"
 
 # One small case first: a hang (the most likely first-run failure of a new pipeline) costs a minute, not five.
 echo "== smoke"
-timeout 60 "$tests_bin" --gtest_filter='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det' \
-  >"$out/smoke$sfx.log" 2>&1
+smoke='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det:Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d64_causal_auto_det'
+timeout 60 "$tests_bin" --gtest_filter="$smoke" >"$out/smoke$sfx.log" 2>&1
 rc=$?
 echo "smoke rc=$rc (124 = timed out: a hang)"; tail -15 "$out/smoke$sfx.log"
 if [ "$rc" != 0 ]; then
   # The kernel's watchdog (wg_wait) turns a hang into a write to 256 x (site + 1): memcheck names the site,
   # the block and the thread.
   echo "smoke failed: rerunning it under memcheck to locate the wait, then stopping"
-  timeout 150 compute-sanitizer --tool memcheck --print-limit 8 "$tests_bin" \
-    --gtest_filter='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det' \
+  timeout 150 compute-sanitizer --tool memcheck --print-limit 8 "$tests_bin" --gtest_filter="$smoke" \
     >"$out/smoke-memcheck$sfx.log" 2>&1
   grep -E -A3 "Invalid __global__|ERROR SUMMARY|error" "$out/smoke-memcheck$sfx.log" | head -40
   exit 1
@@ -86,10 +78,6 @@ grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|tests ran" "$out/tests$sfx.log" | tai
 if [ "$sanitize" = yes ]; then
   small='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d64_causal_auto_det:Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det:Shapes/BackwardAccuracy.MatchesReference/b1_h8_2_sq200_sk200_d128_causal_auto_det'
   race='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d64_causal_auto_det:Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d128_causal_auto_det'
-  if [ "$kernel" = wgmma ]; then
-    small='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq127_sk129_d128_full_auto_det:Shapes/BackwardAccuracy.MatchesReference/b1_h8_2_sq200_sk200_d128_causal_auto_det'
-    race='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d128_causal_auto_det'
-  fi
   echo "== memcheck"
   timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$tests_bin" --gtest_filter="$small" >"$out/memcheck$sfx.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/memcheck$sfx.log" | tail -5
@@ -103,7 +91,6 @@ if [ "$bench" != none ]; then
   echo "== bench ($bench)"
   args=(--out "$out/backward$sfx.jsonl" --commit "${DASH_COMMIT:-unknown}$sfx" --busy-ms "$busy_ms")
   [ "$bench" = quick ] && args+=(--quick)
-  [ "$kernel" = wgmma ] && args+=(--only-hdim 128)
   timeout 400 "$build/bench/dash-bench-bwd" "${args[@]}" >"$out/bench$sfx.log" 2>&1
   echo "bench rc=$?"
   cut -c1-120 "$out/bench$sfx.log"

@@ -24,29 +24,31 @@ Choice choose(const std::string& env, int head_dim) {
   return c;
 }
 
-TEST(BwdKernelChoice, DefaultIsWgmmaForHeadDim128AndMmaOtherwise) {
-  EXPECT_EQ(choose("", 128).status, DASH_OK);
-  EXPECT_EQ(choose("", 128).kernel, BwdKernel::kWgmma);
-  EXPECT_EQ(choose("", 64).status, DASH_OK);
-  EXPECT_EQ(choose("", 64).kernel, BwdKernel::kMma);
-}
-
-TEST(BwdKernelChoice, MmaForcesTheMmaKernelForEveryHeadDim) {
+TEST(BwdKernelChoice, DefaultIsWgmmaForBothHeadDims) {
   for (int head_dim : {64, 128}) {
-    const Choice c = choose("mma", head_dim);
+    const Choice c = choose("", head_dim);
     EXPECT_EQ(c.status, DASH_OK);
-    EXPECT_EQ(c.kernel, BwdKernel::kMma);
+    EXPECT_EQ(c.kernel, BwdKernel::kWgmma);
   }
 }
 
-TEST(BwdKernelChoice, WgmmaRunsHeadDim128AndRefusesOthers) {
-  const Choice ok = choose("wgmma", 128);
-  EXPECT_EQ(ok.status, DASH_OK);
-  EXPECT_EQ(ok.kernel, BwdKernel::kWgmma);
-  const Choice refused = choose("wgmma", 64);
-  EXPECT_EQ(refused.status, DASH_ERROR_UNSUPPORTED);
-  EXPECT_NE(refused.error.find("DASH_BWD_KERNEL=wgmma"), std::string::npos) << refused.error;
-  EXPECT_NE(refused.error.find("head_dim 128 only (got 64)"), std::string::npos) << refused.error;
+TEST(BwdKernelChoice, ExplicitValuesSelectTheirKernelForBothHeadDims) {
+  for (int head_dim : {64, 128}) {
+    const Choice mma = choose("mma", head_dim);
+    EXPECT_EQ(mma.status, DASH_OK);
+    EXPECT_EQ(mma.kernel, BwdKernel::kMma);
+    const Choice wgmma = choose("wgmma", head_dim);
+    EXPECT_EQ(wgmma.status, DASH_OK);
+    EXPECT_EQ(wgmma.kernel, BwdKernel::kWgmma);
+  }
+}
+
+TEST(BwdKernelChoice, OtherHeadDimsAreRefusedNamingTheHeadDim) {
+  for (const std::string value : {"", "mma", "wgmma"}) {
+    const Choice c = choose(value, 96);
+    EXPECT_EQ(c.status, DASH_ERROR_UNSUPPORTED) << value;
+    EXPECT_NE(c.error.find("head_dim 96"), std::string::npos) << c.error;
+  }
 }
 
 TEST(BwdKernelChoice, UnknownValuesAreErrorsNamingTheValue) {

@@ -1,22 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 // bwd_wgmma_layout_check.cu — host-only check of the wgmma backward's shared-memory layout algebra
-// (src/cuda/bwd/bwd_wgmma_kernel.cuh). Runs without a GPU. Checks:
-//   - the dQ staging layout (CuTe Swizzle<3,2,5> over row-major 64 x 128 fp32) equals the store warp's
-//     swz_f32<128> at every position (the store warp reads what the MMA warpgroups write);
+// (src/cuda/bwd/bwd_wgmma_kernel.cuh). Runs without a GPU. Checks, for both head dims (64: tiles 128 x 128;
+// 128: tiles 64 x 128) and both dtypes:
+//   - the dQ staging layout (a CuTe Swizzle over row-major kBlockM x kHeadDim fp32) equals the store warp's
+//     swz_f32<kHeadDim> at every position (the store warp reads what the MMA warpgroups write);
 //   - the transposed operand views (Q^T, dO^T per stage, K^T, dS = view of dS^T) address the same elements
 //     as the tiles they view;
 //   - the accumulator coordinate facts the MMA code relies on (additive thread offsets, warpgroup split,
-//     exact coverage, adjacent column pairs);
+//     exact coverage, adjacent column pairs, the dQ split between the warpgroups);
 //   - the shared-memory struct fits the 227 KB an sm_90 block may use.
 #include <cstdio>
 
 #include "bwd/bwd_wgmma_kernel.cuh"
 
 namespace {
-template <dash_dtype kDtype>
+template <int kHeadDim, dash_dtype kDtype>
 int check(const char* name) {
   using namespace dash::cuda::bwd;
-  using C = wgmma::WgConfig<kDtype>;
+  using C = wgmma::WgConfig<kHeadDim, kDtype>;
   int bad = 0;
   const auto staging = typename C::SmemLayoutdQStaging{};
   for (int r = 0; r < C::kBlockM; ++r)
@@ -41,7 +42,8 @@ int check(const char* name) {
       if (kv(k, d) != kt(d, k)) ++bad;
   // The MMA warpgroups' mask / LSE indexing assumes: register i of thread t sits at thread t's register-0
   // coordinate plus thread 0's register-i coordinate (tScS0 in wg_mma), warpgroup 1 owns keys 64..127, and
-  // the 256 threads cover the (128 keys x 64 queries) S^T tile exactly once. Same coverage for dQ (64 x 128).
+  // the 256 threads cover the (128 keys x kBlockM queries) S^T tile exactly once. Same coverage for dQ
+  // (kBlockM x kHeadDim).
   {
     using namespace cute;
     typename C::MmaSdP mma;
@@ -72,7 +74,8 @@ int check(const char* name) {
       auto ct = mma_dq.get_thread_slice(t).partition_C(idq);
       for (int i = 0; i < size(ct); ++i) {
         const int r = get<0>(ct(i)), d = get<1>(ct(i));
-        if ((t >= 128) != (d >= 64)) ++bad;  // warpgroup w computes head-dim columns [64w, 64w + 64)
+        // warpgroup w computes head-dim columns [64w, 64w + 64) at D = 128, query rows [64w, 64w + 64) at 64
+        if ((t >= 128) != ((C::kDqWarpgroupsN == 2 ? d : r) >= 64)) ++bad;
         // registers 2j, 2j+1 are adjacent columns of one row (the epilogue's pair stores rely on it)
         if (i % 2 == 1 && (get<0>(ct(i - 1)) != r || get<1>(ct(i - 1)) + 1 != d)) ++bad;
         ++hq[r][d];
@@ -96,7 +99,8 @@ int check(const char* name) {
 }  // namespace
 
 int main() {
-  const int bad = check<DASH_DTYPE_BF16>("bf16") + check<DASH_DTYPE_FP16>("fp16");
+  const int bad = check<64, DASH_DTYPE_BF16>("hdim64 bf16") + check<64, DASH_DTYPE_FP16>("hdim64 fp16") +
+                  check<128, DASH_DTYPE_BF16>("hdim128 bf16") + check<128, DASH_DTYPE_FP16>("hdim128 fp16");
   std::printf(bad == 0 ? "OK\n" : "FAILED\n");
   return bad == 0 ? 0 : 1;
 }

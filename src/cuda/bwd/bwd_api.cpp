@@ -200,14 +200,16 @@ const std::string& bwd_kernel_env() {
   return value;
 }
 
+template <int kHeadDim>
 dash_status wgmma_max_coresident(dash_dtype dtype, int32_t& ctas, std::string& error) {
-  return dtype == DASH_DTYPE_BF16 ? bwd_wgmma_hdim128_max_coresident<DASH_DTYPE_BF16>(ctas, error)
-                                  : bwd_wgmma_hdim128_max_coresident<DASH_DTYPE_FP16>(ctas, error);
+  return dtype == DASH_DTYPE_BF16 ? bwd_wgmma_max_coresident<kHeadDim, DASH_DTYPE_BF16>(ctas, error)
+                                  : bwd_wgmma_max_coresident<kHeadDim, DASH_DTYPE_FP16>(ctas, error);
 }
+template <int kHeadDim>
 dash_status wgmma_launch(dash_dtype dtype, const BwdParams& params, int32_t ctas, bool coop, cudaStream_t stream,
                          std::string& error) {
-  return dtype == DASH_DTYPE_BF16 ? run_bwd_wgmma_hdim128<DASH_DTYPE_BF16>(params, ctas, coop, stream, error)
-                                  : run_bwd_wgmma_hdim128<DASH_DTYPE_FP16>(params, ctas, coop, stream, error);
+  return dtype == DASH_DTYPE_BF16 ? run_bwd_wgmma<kHeadDim, DASH_DTYPE_BF16>(params, ctas, coop, stream, error)
+                                  : run_bwd_wgmma<kHeadDim, DASH_DTYPE_FP16>(params, ctas, coop, stream, error);
 }
 
 template <int kHeadDim>
@@ -353,9 +355,11 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
   std::string error;
   if (needs_coresidency) {
     int32_t capacity = 0;
-    dash_status s = use_wgmma                    ? wgmma_max_coresident(a.dtype, capacity, error)
-                    : a.problem.head_dim == 64 ? max_coresident<64>(a.dtype, capacity, error)
-                                               : max_coresident<128>(a.dtype, capacity, error);
+    const bool hdim64 = a.problem.head_dim == 64;
+    dash_status s = use_wgmma ? (hdim64 ? wgmma_max_coresident<64>(a.dtype, capacity, error)
+                                        : wgmma_max_coresident<128>(a.dtype, capacity, error))
+                              : (hdim64 ? max_coresident<64>(a.dtype, capacity, error)
+                                        : max_coresident<128>(a.dtype, capacity, error));
     if (s != DASH_OK) return fail(s, "dash_bwd: " + error);
     if (h.num_ctas > capacity) {
       return fail(DASH_ERROR_UNSUPPORTED, "plan.num_ctas: " + std::to_string(h.num_ctas) +
@@ -428,7 +432,8 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
     }
   }
   if (use_wgmma) {
-    dash_status s = wgmma_launch(a.dtype, params, h.num_ctas, needs_coresidency, stream, error);
+    dash_status s = p.head_dim == 64 ? wgmma_launch<64>(a.dtype, params, h.num_ctas, needs_coresidency, stream, error)
+                                     : wgmma_launch<128>(a.dtype, params, h.num_ctas, needs_coresidency, stream, error);
     if (s != DASH_OK) return fail(s, "dash_bwd (TMA + wgmma kernel): " + error);
     return DASH_OK;
   }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// bwd_wgmma_kernel.cuh — plan-executing attention backward main kernel with TMA + wgmma, head dim 128 only
-// (tiles 64 x 128 = dash::default_backward_tiles(128)); the default for head dim 128 (DASH_BWD_KERNEL=mma
-// selects the mma.sync kernel of bwd_sm90_kernel.cuh instead, bwd_api.cpp). Design, smem and register
-// budgets, measurements: docs/kernel-notes-bwd-wgmma.md.
+// bwd_wgmma_kernel.cuh — plan-executing attention backward main kernel with TMA + wgmma, head dims 64 and 128
+// (tiles kBlockM x 128 = dash::default_backward_tiles: 128 x 128 at head dim 64, 64 x 128 at 128); the default
+// kernel (DASH_BWD_KERNEL=mma selects the mma.sync kernel of bwd_sm90_kernel.cuh instead, bwd_api.cpp). Design,
+// smem and register budgets, measurements: docs/kernel-notes-bwd-wgmma.md.
 //
 // It shares with the mma.sync kernel (bwd_sm90_kernel.cuh): the preprocess / convert kernels, the store warp
 // (store_warp_loop: same dQ hand-off records, same mbarrier protocol, same ordered adds, same release/acquire
@@ -13,13 +13,16 @@
 //     plus LSE2, delta (bulk copies) per visit into a 2-stage ring, and publishes each segment's and visit's
 //     record in shared memory next to the data. Warps 1 and 2 = the STORE warps (store_warp_loop), one per
 //     dQ staging buffer. Warp 3 exits.
-//   warpgroups 1-2 (240 registers) = MMA warpgroups; warpgroup w owns keys [64w, 64w + 64) of the KV tile:
-//     S^T = K_w Q^T, dP^T = V_w dO^T               (wgmma SS, 64 x 64 x 128, fp32 in registers)
+//   warpgroups 1-2 (240 registers) = MMA warpgroups; warpgroup w owns keys [64w, 64w + 64) of the KV tile
+//   (M = 64 keys, N = kBlockM queries, D = head dim):
+//     S^T = K_w Q^T, dP^T = V_w dO^T               (wgmma SS, 64 x M x D, fp32 in registers)
 //     P^T = exp2(S^T * scale_log2 - LSE2), dS^T = P^T (dP^T - delta)   (mask from the visit's flags)
-//     dV_w += P^T dO, dK_w += dS^T Q                (wgmma RS: P^T / dS^T from registers, 64 x 128 x 64)
-//     dS^T -> shared memory (both warpgroups), then dQ_partial[:, 64w..] = dS K[:, 64w..]
-//                                                    (wgmma SS, 64 x 64 x 128), fp32 -> the store warp's
-//                                                    staging buffer, exactly as the mma.sync kernel hands it.
+//     dV_w += P^T dO, dK_w += dS^T Q                (wgmma RS: P^T / dS^T from registers, 64 x D x M)
+//     dS^T -> shared memory (both warpgroups), then the dQ partial dS K (wgmma SS, K = 128 keys), split
+//                                                    between the warpgroups by head-dim columns at D = 128
+//                                                    (64 x 64 each) and by query rows at D = 64 (64 x 64
+//                                                    each); fp32 -> the store warp's staging buffer, exactly
+//                                                    as the mma.sync kernel hands it.
 //   dK / dV stay in registers for the whole segment and are written at its end (or added in group order for
 //   split-head GQA), exactly as in the mma.sync kernel.
 #pragma once
@@ -55,15 +58,17 @@ struct WgElement<DASH_DTYPE_FP16> {
   using std_type = __half;
 };
 
-template <dash_dtype kDtype>
+template <int kHeadDim_, dash_dtype kDtype>
 struct WgConfig {
   using Element = typename WgElement<kDtype>::cute_type;     // for CuTe (wgmma, TMA)
   using StdElement = typename WgElement<kDtype>::std_type;  // for the shared kernels and global stores
-  static constexpr int kHeadDim = 128;
-  static constexpr int kBlockM = 64;   // query rows per Q tile
-  static constexpr int kBlockN = 128;  // keys per KV tile
-  static_assert(BwdTiles<kHeadDim>::kBlockM == kBlockM && BwdTiles<kHeadDim>::kBlockN == kBlockN,
-                "the plan's tiles (default_backward_tiles(128)) are what this kernel computes");
+  static constexpr int kHeadDim = kHeadDim_;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "tilings exist for head dims 64 and 128");
+  // The plan's tiles (default_backward_tiles): the host refuses a plan with other tiles.
+  static constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;  // query rows per Q tile: 128 (D 64), 64 (D 128)
+  static constexpr int kBlockN = BwdTiles<kHeadDim>::kBlockN;  // keys per KV tile: 128
+  static_assert(kBlockN == 128, "two MMA warpgroups of 64 keys each");
+  static_assert(kBlockM == 64 || kBlockM == 128, "the dQ GEMM splits 128 rows or 128 columns between the warpgroups");
   static constexpr int kMmaWarpgroups = 2;  // warpgroup w owns keys [64w, 64w + 64)
   static constexpr int kKeysPerWarpgroup = kBlockN / kMmaWarpgroups;
   static constexpr int kMmaThreads = 128 * kMmaWarpgroups;
@@ -78,6 +83,11 @@ struct WgConfig {
   static_assert(kProducerRegisters * 128 + kMmaRegisters * kMmaThreads <= dash::sm90::launch_register_pool(kThreads),
                 "register budgets exceed the CTA's register pool: setmaxnreg.inc would wait forever");
   static constexpr int kQStages = 2;  // Q / dO / LSE2 / delta ring depth (one visit ahead)
+  // Issue dV += P^T dO after dS^T is computed instead of before. At kBlockM = 128 the dS^T loop holds S^T and
+  // dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
+  // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled).
+  // Issued after the loop, dV still overlaps the dS^T store and the barriers.
+  static constexpr bool kDvAfterDs = kBlockM == 128;
   // Warps 1 and 2 of warpgroup 0 drain the dQ staging buffers, one buffer each (store_warp_loop): in the
   // deterministic mode one warp's release fence then overlaps the other's adds.
   static constexpr int kStoreWarps = kDqStages;
@@ -109,10 +119,13 @@ struct WgConfig {
       SmemLayoutdSt{}, cute::make_ordered_layout(cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{},
                                                  cute::Step<cute::_2, cute::_1>{})));
 
-  // The store warp's fp32 staging tile (swz_f32<kHeadDim> in bwd_sm90_kernel.cuh) as a CuTe layout.
-  static_assert(kHeadDim == 128, "Swizzle<3, 2, 5> below encodes swz_f32<128>");
+  // The store warp's fp32 staging tile (swz_f32<kHeadDim> in bwd_sm90_kernel.cuh: 4-float chunks XOR
+  // row & 7) as a CuTe swizzle on the row-major offset: bits [2, 5) ^= the row's low 3 bits, which start at
+  // bit log2(kHeadDim) (Swizzle<3, 2, 5> at 128, Swizzle<3, 2, 4> at 64).
+  static constexpr int kRowShift = kHeadDim == 128 ? 7 : 6;
+  static_assert((1 << kRowShift) == kHeadDim, "row-major fp32 rows of kHeadDim floats");
   using SmemLayoutdQStaging = decltype(cute::composition(
-      cute::Swizzle<3, 2, 5>{},
+      cute::Swizzle<3, 2, kRowShift - 2>{},
       cute::Layout<cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>, cute::Stride<cute::Int<kHeadDim>, cute::_1>>{}));
 
   // ---- wgmma ----
@@ -127,12 +140,16 @@ struct WgConfig {
                                  cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kBlockM>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
-  // dQ = dS K: M = queries, N = head dim (2 warpgroups x 64), K = keys; both from smem, both MN-major.
+  // dQ = dS K: M = queries, N = head dim, K = keys; both from smem, both MN-major. Each warpgroup computes a
+  // 64 x 64 block: head-dim columns [64w, 64w + 64) when kBlockM = 64 (D = 128), query rows [64w, 64w + 64)
+  // when kBlockM = 128 (D = 64).
+  static constexpr int kDqWarpgroupsM = kBlockM / 64;
+  static constexpr int kDqWarpgroupsN = kMmaWarpgroups / kDqWarpgroupsM;
+  static_assert(kDqWarpgroupsM * 64 == kBlockM && kDqWarpgroupsN * 64 == kHeadDim, "64 x 64 dQ block per warpgroup");
   using MmadQ = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, float,
-                                 cute::Shape<cute::Int<kBlockM>, cute::_64, cute::Int<kBlockN>>,
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::_64, cute::Int<kBlockN>>,
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
-      cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>{}));
+      cute::Layout<cute::Shape<cute::Int<kDqWarpgroupsM>, cute::Int<kDqWarpgroupsN>, cute::_1>>{}));
 
   // ---- TMA: global tensors as (seqlen, head dim, heads, batch), element strides ----
   using GmemShape = cute::Shape<int32_t, cute::Int<kHeadDim>, int32_t, int32_t>;
@@ -353,7 +370,7 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
         wg_wait(&s.q_empty[st], q_state.phase ^ 1u, kSiteQEmpty);
         s.visit[st] = VisitRecord{head, int32_t(vis.q_tile), int32_t(vis.dq_rank), int32_t(vis.flags), index, ticket,
                                   int32_t(seg.kv_tile)};
-        // Release of the record + expected bytes of the four loads (two TMA tiles, two 256-byte rows).
+        // Release of the record + expected bytes of the four loads (two TMA tiles, two kBlockM-float rows).
         mbarrier_arrive_expect_tx(&s.q_full[st], 2 * Config::kQTileBytes + 2 * Config::kRowFloatsBytes);
         Tensor gQ = local_tile(mQ(_, _, head, b), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));
         Tensor gdO = local_tile(mdO(_, _, head, b), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));
@@ -363,7 +380,7 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
             tma_partition(P.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
         copy(P.tma_q.with(s.q_full[st]), tQgQ(_, int(vis.q_tile)), tQsQ(_, st));
         copy(P.tma_do.with(s.q_full[st]), tdOgdO(_, int(vis.q_tile)), tdOsdO(_, st));
-        // LSE2 / delta are padded to whole Q tiles by bwd_preprocess (kBlockM floats per tile, 256-byte
+        // LSE2 / delta are padded to whole Q tiles by bwd_preprocess (kBlockM floats per tile, 256- or 512-byte
         // aligned rows), so one bulk copy each, no bounds.
         const int64_t row0 = ((int64_t(b) * p.heads_q + head) * p.num_q_tiles + vis.q_tile) * kBlockM;
         bulk_copy_g2s(s.lse2[st], p.lse_log2 + row0, Config::kRowFloatsBytes, &s.q_full[st]);
@@ -420,9 +437,10 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
   Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (.., .., .., stage)
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
   Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
-  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);    // this warpgroup's 64 head-dim columns
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);    // this warpgroup's head-dim columns (all at D = 64)
 
-  // Accumulators: S^T, dP^T 32 fp32 each; dV, dK 64 fp32 each (whole segment); dQ 32 fp32.
+  // Accumulators per thread: S^T, dP^T kBlockM / 2 fp32 each; dV, dK kHeadDim / 2 fp32 each (whole segment);
+  // dQ 32 fp32 (D = 128: 32 + 32 + 64 + 64 + 32; D = 64: 64 + 64 + 32 + 32 + 32).
   Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
   Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
   Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
@@ -507,16 +525,19 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       }
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) tPr(i) = Element(tSrS(i));
-      // dV_w += P^T dO (A = P^T from registers): it runs while dS^T is computed and stored.
-      warpgroup_gemm<false, true>(mma_dkv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
+      // dV_w += P^T dO (A = P^T from registers): it runs while dS^T is computed and stored, or (kDvAfterDs)
+      // only while dS^T is stored.
+      if constexpr (!Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dkv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
 
-      // WAIT (wgmma): groups complete in commit order, so at most one pending (dV) means dP^T is complete.
-      warpgroup_wait<1>();
+      // WAIT (wgmma): groups complete in commit order, so at most one pending (dV, if issued) means dP^T is
+      // complete.
+      warpgroup_wait<Config::kDvAfterDs ? 0 : 1>();
       warpgroup_fence_operand(tSrdP);
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) {
         tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_row[get<1>(tScS0(i))]));
       }
+      if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dkv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
 
       // BARRIER (dS free): the other warpgroup's dQ GEMM of the previous visit read sdS; it completed
       // (warpgroup_wait<0> below) before that warpgroup reached this barrier. tdSr is not yet an operand of
@@ -525,7 +546,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       mma_barrier(kBarDsFree);
       copy(ds_store, tdSr_store, tdSsdS);
       // Generic-proxy writes read by wgmma (async proxy): each writer fences, then the barrier makes all
-      // 128 x 64 values (both warpgroups' halves) visible before either warpgroup issues dQ.
+      // 128 x kBlockM values (both warpgroups' halves) visible before either warpgroup issues dQ.
       cutlass::arch::fence_view_async_shared();
       mma_barrier(kBarDsReady);
 
@@ -545,9 +566,8 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       // dQ-order wait, which ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
       wg_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
       {
-        // The staging layout is the store warp's (swz_f32<128>: 4-float chunks XOR row & 7), as a CuTe swizzle
-        // on the row-major offset: bits [2, 5) ^= bits [7, 10). Partitioned like the accumulator, so every
-        // store address is this thread's base plus a constant.
+        // The staging layout is the store warp's (swz_f32<kHeadDim>, Config::SmemLayoutdQStaging), partitioned
+        // like the accumulator, so every store address is this thread's base plus a constant.
         Tensor sdQ = make_tensor(make_smem_ptr(s.dq[dq_stage]), typename Config::SmemLayoutdQStaging{});
         Tensor tdQsdQ = thr_dq.partition_C(sdQ);
         copy(tdQrdQ, tdQsdQ);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// bwd_wgmma_launch.cuh — host side of the TMA + wgmma backward (head dim 128): TMA descriptors
+// bwd_wgmma_launch.cuh — host side of the TMA + wgmma backward (head dims 64 and 128): TMA descriptors
 // over the caller's strided Q / dO / K / V, then the same three launches as run_bwd_sm90 (the shared
 // bwd_preprocess and bwd_convert kernels around bwd_wgmma_main), cooperative when the plan needs co-residency.
-// Included only by bwd_wgmma_hdim128_{bf16,fp16}.cu.
+// Included only by the instantiation files bwd_wgmma_hdim{64,128}_{bf16,fp16}.cu.
 #pragma once
 
 #include <string>
@@ -16,20 +16,19 @@
 
 namespace dash::cuda::bwd {
 
-template <dash_dtype kDtype>
-dash_status bwd_wgmma_hdim128_max_coresident(int32_t& max_ctas, std::string& error) {
-  using Config = wgmma::WgConfig<kDtype>;
+template <int kHeadDim, dash_dtype kDtype>
+dash_status bwd_wgmma_max_coresident(int32_t& max_ctas, std::string& error) {
+  using Config = wgmma::WgConfig<kHeadDim, kDtype>;
   return max_coresident_ctas(wgmma::bwd_wgmma_main<Config>, Config::kThreads, wgmma::wg_smem_bytes<Config>(),
                              "bwd_wgmma_main", max_ctas, error);
 }
 
-template <dash_dtype kDtype>
-dash_status run_bwd_wgmma_hdim128(BwdParams const& params, int32_t num_ctas, bool cooperative, cudaStream_t stream,
-                                  std::string& error) {
+template <int kHeadDim, dash_dtype kDtype>
+dash_status run_bwd_wgmma(BwdParams const& params, int32_t num_ctas, bool cooperative, cudaStream_t stream,
+                          std::string& error) {
   using namespace cute;
-  using Config = wgmma::WgConfig<kDtype>;
+  using Config = wgmma::WgConfig<kHeadDim, kDtype>;
   using StdElement = typename Config::StdElement;
-  constexpr int kHeadDim = Config::kHeadDim;
 
   // TMA descriptors over the caller's strided Q / dO / K / V.
   auto gQ = tma::make_gmem_tensor<Config>(params.q, params.seqlen_q, params.heads_q, params.batch);
@@ -62,8 +61,7 @@ dash_status run_bwd_wgmma_hdim128(BwdParams const& params, int32_t num_ctas, boo
 
 }  // namespace dash::cuda::bwd
 
-#define DASH_INSTANTIATE_BWD_WGMMA_HDIM128(DTYPE)                                                          \
-  template dash_status dash::cuda::bwd::run_bwd_wgmma_hdim128<DTYPE>(dash::cuda::bwd::BwdParams const&,  \
-                                                                     int32_t, bool, cudaStream_t,          \
-                                                                     std::string&);                        \
-  template dash_status dash::cuda::bwd::bwd_wgmma_hdim128_max_coresident<DTYPE>(int32_t&, std::string&);
+#define DASH_INSTANTIATE_BWD_WGMMA(HDIM, DTYPE)                                                                 \
+  template dash_status dash::cuda::bwd::run_bwd_wgmma<HDIM, DTYPE>(dash::cuda::bwd::BwdParams const&, int32_t, \
+                                                                   bool, cudaStream_t, std::string&);          \
+  template dash_status dash::cuda::bwd::bwd_wgmma_max_coresident<HDIM, DTYPE>(int32_t&, std::string&);
