@@ -567,10 +567,10 @@ CostModel CostModel::for_problem(const Problem& problem, TileShape tiles) {
   // Measured: bf16 8192^3 matmul on our H200, 777 TFLOP/s over 132 SMs (h200-anchors.md).
   constexpr double kMeasuredMatmulFlopsPerUs = 777e12 / 1e6;
   constexpr double kSms = 132;
-  // Measured: the fraction of that ceiling the default backward kernels reach (non-deterministic, 8k-16k
-  // tokens, bench/results/backward-2026-11-29-run6-2bbb096.jsonl): head dim <= 64 runs the mma.sync kernel
-  // (~165 TFLOP/s), larger head dims the TMA + wgmma kernel (~500 TFLOP/s).
-  const double backward_efficiency = problem.head_dim <= 64 ? 0.22 : 0.65;
+  // Measured: the fraction of that ceiling the default backward kernel (TMA + wgmma) reaches, non-deterministic,
+  // 8k-16k tokens: ~450 TFLOP/s at head dim 64 (bench/results/backward-2026-11-29-run7-hdim64-wgmma-8cd1fab.jsonl),
+  // ~500 at 128 (backward-2026-11-29-run6-2bbb096.jsonl).
+  const double backward_efficiency = problem.head_dim <= 64 ? 0.58 : 0.65;
   // Assumed: a masked (partial) block skips about 40% of the work of a full one.
   constexpr double kPartialComputeFraction = 0.6;
   // Assumed: per-SM bandwidth for L2 reduce-adds and tile loads/stores, ~60 GB/s per SM (~8 TB/s chip-wide:
