@@ -147,17 +147,37 @@ __device__ __forceinline__ void st_release_gpu(int32_t* p, int32_t v) {
 }
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
-// Generic-proxy fp32 reductions and stores into the accumulators.
-__device__ __forceinline__ void red_add_v4(float* p, float4 v) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1,%2,%3,%4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
-               : "memory");
-}
+// fp32 reductions into the split-GQA dK/dV accumulators (generic proxy).
 __device__ __forceinline__ void red_add_v2(float* p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1,%2};" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
-__device__ __forceinline__ void st_v4(float* p, float4 v) {
-  asm volatile("st.global.v4.f32 [%0], {%1,%2,%3,%4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+
+// 1-D bulk operations shared -> global (async proxy), tracked per thread in bulk async-groups. `bytes` is a
+// multiple of 16; both addresses are 16-byte aligned.
+__device__ __forceinline__ void bulk_reduce_add_s2g(float* dst, const float* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
+               "r"(smem_addr(src)), "r"(bytes)
                : "memory");
+}
+__device__ __forceinline__ void bulk_copy_s2g(float* dst, const float* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_addr(src)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Every committed group has finished reading its shared-memory source.
+__device__ __forceinline__ void bulk_wait_group_read_all() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+// Every committed group is complete: its writes are performed and visible to the executing thread.
+__device__ __forceinline__ void bulk_wait_group_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Orders this thread's generic-proxy and async-proxy accesses to global memory.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+// Makes this thread's generic-proxy shared-memory writes visible to later async-proxy reads (bulk copies).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 // Spin until *counter == expected. Every lane that calls it performs its own acquire load, so each lane's
@@ -292,8 +312,10 @@ __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
       // A Q tile with no contribution was never written (deterministic mode stores its first partial).
       if (p.dq_count[head_in_unit * p.num_q_tiles + q_tile] != 0) {
         const int64_t accumulator = (int64_t(b) * p.heads_q + h) * p.num_q_tiles + q_tile;
+        // The tile is in the staging layout (store_warp_loop copies it as one flat range); d is a multiple
+        // of 4, so the 4-float chunk stays contiguous.
         acc = *reinterpret_cast<const float4*>(p.dq_accum + accumulator * (kBlockM * kHeadDim) +
-                                               (row % kBlockM) * kHeadDim + d);
+                                               swz_f32<kHeadDim>(row % kBlockM, d));
       }
       Element* out = static_cast<Element*>(p.dq.data) + b * p.dq.batch_stride + int64_t(row) * p.dq.seq_stride +
                      h * p.dq.head_stride + d;
@@ -326,37 +348,28 @@ __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
 // The store warp: consumes dQ staging buffers in the order the compute warps filled them (= the CTA's visit
 // order) and adds each into its accumulator at its turn.
 
-// `Smem` is BwdSmem here; the experimental wgmma kernel (bwd_wgmma_kernel.cuh) passes its own shared-memory
+// `Smem` is BwdSmem here; the wgmma kernel (bwd_wgmma_kernel.cuh) passes its own shared-memory
 // struct, which has the same dq / handoff / dq_full / dq_empty / waits_done members.
 //
 // kStoreWarps = 1: one warp drains both staging buffers, alternately (= the CTA's visit order).
-// kStoreWarps = kDqStages: warp `store_warp` drains staging buffer `store_warp` only, so one warp's adds and
-// release fence for a tile overlap the other's (the fence waits for every reduction to be performed at L2).
+// kStoreWarps = kDqStages: warp `store_warp` drains staging buffer `store_warp` only, so one buffer's hand-off
+// (wait for its turn, reduce, complete, release) overlaps the other's.
 // Either way each staging buffer has one draining warp (dq_empty counts 32 arrivals) and tiles of one buffer
 // are drained in the order they were filled.
-// Why the loop looks like this: profiled on the H200 with the wgmma kernel, a generic per-element loop (index
-// arithmetic, a store-or-add branch per element, generic loads of shared memory) made the warp take about 5 us
-// per tile, slower than the MMA warpgroups produce tiles. Here each lane owns one 16-byte column chunk: shared
-// and global addresses are a per-lane base plus compile-time constants, the swizzle is one XOR with a
-// constant, and two rows are loaded before they are added.
+// The tile goes to global memory as ONE bulk operation issued by lane 0 (cp.reduce.async.bulk .add.f32, or a
+// plain bulk copy for a deterministic first contribution): the accumulator tile has the staging buffer's
+// layout (swz_f32 order, which bwd_convert undoes), so the copy is a flat 1-D range. Before this, the warp's
+// 32 lanes issued 2048 16-byte reductions per tile and fenced them (docs/kernel-notes-bwd-wgmma.md, log).
+// The compute threads fence.proxy.async their staging writes before their dq_full arrival (the bulk copy
+// reads shared memory through the async proxy).
 template <int kHeadDim, class Smem, int kStoreWarps = 1>
 __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int store_warp = 0) {
   constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;
   constexpr int kTileFloats = kBlockM * kHeadDim;
-  constexpr int kChunksPerRow = kHeadDim / 4;        // 16-byte chunks per row
-  static_assert(kChunksPerRow <= 32 && 32 % kChunksPerRow == 0, "a warp covers whole rows");
-  constexpr int kRowsPerStep = 32 / kChunksPerRow;   // rows one warp-wide access covers (a power of 2)
-  constexpr int kSteps = kBlockM / kRowsPerStep;
-  static_assert(kSteps % 2 == 0, "rows are drained in pairs of steps");
+  constexpr uint32_t kTileBytes = kTileFloats * sizeof(float);
+  static_assert(kTileBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
   static_assert(kStoreWarps == 1 || kStoreWarps == kDqStages, "one warp for all staging buffers, or one per buffer");
   const int lane = threadIdx.x % 32;
-  // This lane's first row and chunk; step k adds k * kRowsPerStep rows. The staging swizzle (swz_f32: chunk
-  // XOR (row & 7)) is then (chunk ^ first_row) ^ ((k * kRowsPerStep) & 7): the two addends of the row have
-  // disjoint bits (first_row < kRowsPerStep, a power of 2).
-  const int first_row = lane / kChunksPerRow;
-  const int chunk = lane % kChunksPerRow;
-  const int swizzled_chunk = chunk ^ first_row;
-  const int global_offset = (first_row * kChunksPerRow + chunk) * 4;  // floats, within the tile
   int stage = store_warp;
   uint32_t phase = 0;
   for (;; stage += kStoreWarps, phase ^= (stage >= kDqStages), stage %= kDqStages) {
@@ -366,16 +379,19 @@ __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int
     const DqHandoff h = s.handoff[stage];
     if (h.accumulator < 0) break;  // no more work: the compute warps keep no further handshake pending
 
-    float* accum = p.dq_accum + int64_t(h.accumulator) * kTileFloats + global_offset;
-    int32_t* counter = p.dq_counters + h.accumulator;
-    if (p.deterministic) {
-      // WAIT (dQ order). The visit of rank h.rank - 1 of this accumulator has provably been claimed by a running
-      // CTA (docs/DEADLOCK.md, "Why that suffices": with the claim rule and P >= the largest wave, or with a
-      // backward-only plan, every awaited visit belongs to a claimed item whose CTA is running and whose own
-      // earlier waits are satisfiable), so this spin ends. Rank 0 does not wait: its counter is 0 (zeroed
-      // before the launch). Every lane of every store warp acquires for itself.
-      wait_counter_equals(counter, h.rank);
-      if (lane == 0) {
+    if (lane == 0) {
+      float* accum = p.dq_accum + int64_t(h.accumulator) * kTileFloats;
+      int32_t* counter = p.dq_counters + h.accumulator;
+      if (p.deterministic) {
+        // WAIT (dQ order). The visit of rank h.rank - 1 of this accumulator has provably been claimed by a
+        // running CTA (docs/DEADLOCK.md, "Why that suffices": with the claim rule and P >= the largest wave, or
+        // with a backward-only plan, every awaited visit belongs to a claimed item whose CTA is running and
+        // whose own earlier waits are satisfiable), so this spin ends. Rank 0 does not wait: its counter is 0
+        // (zeroed before the launch). The acquire orders the previous rank's released writes before what
+        // follows in this thread; the proxy fence extends that order to this thread's async-proxy bulk
+        // operation below (generic -> async proxy), which reads and writes the same accumulator.
+        wait_counter_equals(counter, h.rank);
+        fence_proxy_async_global();
         if (p.order_log != nullptr) {
           p.order_log[int64_t(h.accumulator) * p.num_kv_tiles + h.rank] = (int64_t(h.ticket) << 32) | uint32_t(h.visit);
         }
@@ -383,48 +399,35 @@ __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int
         // wait of the visits handed off so far is satisfied).
         atomicAdd(&s.waits_done, 1);
       }
-    }
-    // The first contribution (deterministic mode only) stores, so the accumulator needs no memset; every
-    // later one adds. In non-deterministic mode all add (the accumulator was zeroed before the launch).
-    const bool store_first = p.deterministic && (h.flags & DASH_VISIT_FIRST);
-    const uint32_t staged = smem_addr(s.dq[stage]) + uint32_t(first_row * kHeadDim * 4);
-    auto drain = [&](auto write) {
-#pragma unroll
-      for (int k = 0; k < kSteps; k += 2) {
-        float4 v[2];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int step = k + j;
-          const uint32_t src = staged + uint32_t(step * kRowsPerStep * kHeadDim * 4) +
-                               uint32_t((swizzled_chunk ^ ((step * kRowsPerStep) & 7)) << 4);
-          asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];"
-                       : "=f"(v[j].x), "=f"(v[j].y), "=f"(v[j].z), "=f"(v[j].w)
-                       : "r"(src)
-                       : "memory");
-        }
-#pragma unroll
-        for (int j = 0; j < 2; ++j) write(accum + (k + j) * kRowsPerStep * kHeadDim, v[j]);
+      // The first contribution (deterministic mode only) stores, so the accumulator needs no memset; every
+      // later one adds. In non-deterministic mode all add (the accumulator was zeroed before the launch).
+      if (p.deterministic && (h.flags & DASH_VISIT_FIRST)) {
+        bulk_copy_s2g(accum, s.dq[stage], kTileBytes);
+      } else {
+        bulk_reduce_add_s2g(accum, s.dq[stage], kTileBytes);
       }
-    };
-    if (store_first) {
-      drain([](float* dst, float4 v) { st_v4(dst, v); });
-    } else {
-      drain([](float* dst, float4 v) { red_add_v4(dst, v); });
+      bulk_commit_group();
+      // The staging buffer may be refilled once the bulk operation has read it (.read: its global writes may
+      // still be in flight; they are awaited below before the release).
+      bulk_wait_group_read_all();
     }
-    if (p.deterministic) {
-      // RELEASE (dQ order). Every lane's adds/stores above are ordered before its fence.acq_rel.gpu; the
-      // __syncwarp (a warp-scope barrier, which orders memory among its lanes) puts all lanes' fences before
-      // lane 0's st.release.gpu, and release is cumulative in the PTX model: a CTA that observes the new value
-      // with ld.acquire.gpu (wait_counter_equals) also observes every lane's writes. All writes here are
-      // generic-proxy (red/st.global), so no proxy fence is needed.
-      fence_acq_rel_gpu();
-      __syncwarp();
-      if (lane == 0) st_release_gpu(counter, h.rank + 1);
-    }
-    // The staging buffer may be refilled: every lane's shared-memory reads are done and released by its arrival;
-    // the compute warps acquire before writing again.
+    // Lane 0's wait above happens before every lane's arrival (warp barrier); the compute warps acquire the
+    // arrivals before they overwrite the buffer.
+    __syncwarp();
     mbar_arrive(&s.dq_empty[stage]);
+    if (lane == 0 && p.deterministic) {
+      // RELEASE (dQ order). wait_group 0 (NOT .read, the FA3 hazard in fa3-and-dash-fork-notes.md) returns
+      // once the bulk operation is complete: its writes to the accumulator are performed and visible to this
+      // thread. The proxy fence orders those async-proxy writes before this thread's later generic
+      // operations, and st.release.gpu is cumulative: a CTA that observes the new value with ld.acquire.gpu
+      // (wait_counter_equals) also observes the writes.
+      bulk_wait_group_all();
+      fence_proxy_async_global();
+      st_release_gpu(p.dq_counters + h.accumulator, h.rank + 1);
+    }
   }
+  // No bulk operation may outlive the CTA (non-deterministic mode only waited for the reads).
+  if (lane == 0) bulk_wait_group_all();
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -781,7 +784,9 @@ struct ComputeWarps {
             s.handoff[dq_stage] = h;
             ++visits_handed_off;
           }
-          // Each thread's arrival releases its staged values (and thread 0's hand-off record) to the store warp.
+          // The store warp's bulk copy reads the staged values through the async proxy: each writer fences its
+          // generic writes for that proxy, then its arrival releases them (and thread 0's hand-off record).
+          fence_proxy_async_shared();
           mbar_arrive(&s.dq_full[dq_stage]);
           dq_stage ^= 1;
           dq_phase ^= (dq_stage == 0);

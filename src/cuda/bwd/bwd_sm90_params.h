@@ -57,7 +57,8 @@ struct BwdParams {
   int32_t* dkv_counters;  // [batch * heads_kv * num_kv_tiles] (split_dkv only)
   float* delta;           // [batch * heads_q * num_q_tiles * kBlockM]
   float* lse_log2;        // same; +inf for rows past seqlen_q or rows with LSE = -inf (so P = 0 there)
-  float* dq_accum;        // [batch * heads_q * num_q_tiles][kBlockM * head_dim], row-major per tile
+  float* dq_accum;        // [batch * heads_q * num_q_tiles][kBlockM * head_dim], per tile in the staging
+                          // layout swz_f32 (row-major, 4-float chunks XOR row & 7: bwd_sm90_kernel.cuh)
   float* dk_accum;        // [batch * heads_kv * num_kv_tiles * kBlockN][head_dim] (split_dkv only)
   float* dv_accum;
 

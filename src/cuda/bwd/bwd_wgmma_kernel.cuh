@@ -581,7 +581,9 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
         h.visit = vis.visit;
         s.handoff[dq_stage] = h;
       }
-      // Each thread's arrival releases its staged values (and thread 0's record) to the store warp.
+      // The store warp's bulk copy reads the staged values through the async proxy: each writer fences its
+      // generic writes for that proxy, then its arrival releases them (and thread 0's record).
+      fence_proxy_async_shared();
       mbar_arrive(&s.dq_full[dq_stage]);
       dq_stage ^= 1;
       dq_phase ^= (dq_stage == 0);
