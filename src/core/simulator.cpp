@@ -567,21 +567,21 @@ CostModel CostModel::for_problem(const Problem& problem, TileShape tiles) {
   // Measured: bf16 8192^3 matmul on our H200, 777 TFLOP/s over 132 SMs (h200-anchors.md).
   constexpr double kMeasuredMatmulFlopsPerUs = 777e12 / 1e6;
   constexpr double kSms = 132;
-  // Measured: the fraction of that ceiling the default backward kernel (TMA + wgmma) reaches, non-deterministic,
-  // 8k-16k tokens: ~450 TFLOP/s at head dim 64 (bench/results/backward-2026-11-29-run7-hdim64-wgmma-8cd1fab.jsonl),
-  // ~500 at 128 (backward-2026-11-29-run6-2bbb096.jsonl).
-  const double backward_efficiency = problem.head_dim <= 64 ? 0.58 : 0.65;
+  // Measured: the fraction of that ceiling the default backward kernel (TMA + wgmma, bulk dQ hand-off) reaches,
+  // non-deterministic, 8k-16k tokens (bench/results/backward-2026-11-29-run9-full-2b81935.jsonl): ~470 TFLOP/s
+  // at head dim 64, ~540-560 at 128.
+  const double backward_efficiency = problem.head_dim <= 64 ? 0.60 : 0.71;
   // Assumed: a masked (partial) block skips about 40% of the work of a full one.
   constexpr double kPartialComputeFraction = 0.6;
   // Assumed: per-SM bandwidth for L2 reduce-adds and tile loads/stores, ~60 GB/s per SM (~8 TB/s chip-wide:
   // above the 4.2 TB/s HBM copy ceiling because the dQ accumulator and K/V tiles are mostly L2-resident).
   constexpr double kPerSmBytesPerUs = 60e9 / 1e6;
-  // Fitted: one ordered cross-CTA hand-off (the store warp's adds, fence and release, then the waiter's
-  // detection) on top of the reduce term. 3 us makes the simulator's first choice on the real problem the
-  // measured-fastest planner (within 1%) in 25 of the 26 configurations of that run (0.7, the end-to-end
-  // latency of a bare flag hand-off in h200-platform-notes.md: 22 of 26, wrong by up to 11% on long
-  // full-mask sequences). It agrees with the profile: a hand-off takes about one visit (docs/calibration.md).
-  constexpr double kSignalLatencyUs = 3.0;
+  // Fitted: one ordered cross-CTA hand-off (wait for the turn, the bulk reduce-add, its completion, release,
+  // the waiter's detection) on top of the reduce term. On that run, 2.5 us makes the simulator's first choice
+  // (and auto's) within 1% of the measured-fastest planner in 23 of 26 configurations (1.0-2.0 us: 22, 3.0:
+  // 21, 4.0: 18; scripts/calibration_ranking.py, docs/calibration.md). It was 3.0 us with the per-lane
+  // reductions the store warps issued before the bulk hand-off.
+  constexpr double kSignalLatencyUs = 2.5;
   constexpr double kBf16Bytes = 2, kFp32Bytes = 4;
 
   if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
