@@ -83,13 +83,6 @@ struct WgConfig {
   static_assert(kProducerRegisters * 128 + kMmaRegisters * kMmaThreads <= dash::sm90::launch_register_pool(kThreads),
                 "register budgets exceed the CTA's register pool: setmaxnreg.inc would wait forever");
   static constexpr int kQStages = 2;  // Q / dO / LSE2 / delta ring depth (one visit ahead)
-  // Every kExp2PolyEvery-th exp2 of P on the FMA pipe (dash::sm90::exp2_polynomial) instead of MUFU.EX2 (0:
-  // none). At head dim 64 a visit has twice the exponentials per FLOP of head dim 128 (128 x 128 scores for
-  // a K = 64 S^T GEMM); see docs/kernel-notes-bwd-wgmma.md for the measurement behind the value.
-#ifndef DASH_BWD_EXP2_POLY_EVERY_HDIM64
-#define DASH_BWD_EXP2_POLY_EVERY_HDIM64 4
-#endif
-  static constexpr int kExp2PolyEvery = kHeadDim == 64 ? DASH_BWD_EXP2_POLY_EVERY_HDIM64 : 0;
   // Issue dV += P^T dO after dS^T is computed instead of before. At kBlockM = 128 the dS^T loop holds S^T and
   // dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
   // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled).
@@ -517,14 +510,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       warpgroup_fence_operand(tSrS);  // keep the reads of S^T below the wait
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) {
-        const float x = tSrS(i) * p.scale_log2 - lse2_row[get<1>(tScS0(i))];
-        // Resolved at compile time (the loop is unrolled). x <= 0 up to rounding; LSE2 = +inf gives 0 either way.
-        constexpr int kEvery = Config::kExp2PolyEvery > 0 ? Config::kExp2PolyEvery : 1;
-        if (Config::kExp2PolyEvery > 0 && i % kEvery == kEvery - 1) {
-          tSrS(i) = dash::sm90::exp2_polynomial(x);
-        } else {
-          tSrS(i) = dash::sm90::exp2_approx(x);
-        }
+        tSrS(i) = dash::sm90::exp2_approx(tSrS(i) * p.scale_log2 - lse2_row[get<1>(tScS0(i))]);
       }
       if (need_mask) {
         // One branch per visit (uniform across the warpgroup); the loop inside has no branches.
