@@ -5,6 +5,7 @@
 //
 //   dash-bench-bwd --out backward.jsonl --commit abc1234 [--warmup 3] [--iters 10] [--only-hdim 64|128]
 //                  [--quick] [--busy-ms N] [--config B,S,HQ,HKV,D,full|causal] [--schedules nondet,shift,...]
+//                  [--gqa split|pack]   (GQA configs: one unit per query head (default) or per KV head)
 //
 // Per configuration: random normal inputs on the device (never zeros), O and LSE from dash_fwd (so P is the
 // real softmax); `warmup` untimed calls, then `iters` calls each bracketed by its own CUDA events; median,
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   std::string out_path = "backward.jsonl", commit = "unknown";
   int warmup = 3, iters = 10, only_hdim = 0, busy_ms = 0;
   bool quick = false;
-  std::string only_config, only_schedules;
+  std::string only_config, only_schedules, gqa = "split";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -104,11 +105,17 @@ int main(int argc, char** argv) {
     else if (a == "--quick") quick = true;
     else if (a == "--config") only_config = next();
     else if (a == "--schedules") only_schedules = "," + next() + ",";
+    else if (a == "--gqa") gqa = next();
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
     }
   }
+  if (gqa != "split" && gqa != "pack") {
+    std::fprintf(stderr, "--gqa: expected split or pack, got '%s'\n", gqa.c_str());
+    return 2;
+  }
+  const int32_t gqa_mode = gqa == "pack" ? DASH_GQA_PACK_GROUP : DASH_GQA_SPLIT_HEADS;
   FILE* out = std::fopen(out_path.c_str(), "w");
   if (!out) {
     std::perror(out_path.c_str());
@@ -218,7 +225,7 @@ int main(int argc, char** argv) {
         continue;
       }
       dash_plan_t plan = nullptr;
-      if (dash_plan_create(&p, schedule, 0, DASH_GQA_SPLIT_HEADS, &plan) != DASH_OK) {
+      if (dash_plan_create(&p, schedule, 0, gqa_mode, &plan) != DASH_OK) {
         std::printf("%-34s %-8s %-16s plan refused: %s\n", config_name, det ? "det" : "nondet", schedule,
                     dash_last_error());
         continue;
@@ -279,10 +286,10 @@ int main(int argc, char** argv) {
                    "{\"commit\":\"%s\",\"gpu\":\"%s\",\"sms\":%d,\"cuda_runtime\":%d,\"op\":\"backward\",\"config\":\"%s\","
                    "\"batch\":%d,\"seqlen\":%d,\"heads_q\":%d,\"heads_kv\":%d,\"head_dim\":%d,\"mask\":\"%s\",\"dtype\":\"bf16\","
                    "\"mode\":\"%s\",\"schedule\":\"%s\",\"median_ms\":%.4f,\"min_ms\":%.4f,\"max_ms\":%.4f,\"tflops\":%.2f,"
-                   "\"bitwise_identical_3_runs\":%s,\"simulated_makespan_us\":%.1f,\"iters\":%d,\"warmup\":%d}\n",
+                   "\"bitwise_identical_3_runs\":%s,\"simulated_makespan_us\":%.1f,\"iters\":%d,\"warmup\":%d,\"gqa\":\"%s\"}\n",
                    commit.c_str(), prop.name, sms, runtime, config_name, c.batch, c.seqlen, c.heads_q, c.heads_kv,
                    c.head_dim, c.causal ? "causal" : "full", det ? "deterministic" : "nondeterministic", schedule, med,
-                   mn, mx, tflops, bitwise ? "true" : "false", sim_us, iters, warmup);
+                   mn, mx, tflops, bitwise ? "true" : "false", sim_us, iters, warmup, gqa.c_str());
       std::fflush(out);
       std::fflush(stdout);
 
