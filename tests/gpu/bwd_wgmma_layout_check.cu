@@ -76,8 +76,10 @@ int check(const char* name) {
         const int r = get<0>(ct(i)), d = get<1>(ct(i));
         // warpgroup w computes head-dim columns [64w, 64w + 64) at D = 128, query rows [64w, 64w + 64) at 64
         if ((t >= 128) != ((C::kDqWarpgroupsN == 2 ? d : r) >= 64)) ++bad;
-        // registers 2j, 2j+1 are adjacent columns of one row (the epilogue's pair stores rely on it)
+        // registers 2j, 2j+1 are adjacent columns of one row (the epilogue's pair stores rely on it) ...
         if (i % 2 == 1 && (get<0>(ct(i - 1)) != r || get<1>(ct(i - 1)) + 1 != d)) ++bad;
+        // ... and land on 8 aligned, contiguous bytes of the staging buffer (its 64-bit stores rely on it)
+        if (i % 2 == 1 && (staging(r, d) != staging(r, d - 1) + 1 || staging(r, d - 1) % 2 != 0)) ++bad;
         ++hq[r][d];
       }
     }

@@ -567,10 +567,16 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       wg_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
       {
         // The staging layout is the store warp's (swz_f32<kHeadDim>, Config::SmemLayoutdQStaging), partitioned
-        // like the accumulator, so every store address is this thread's base plus a constant.
+        // like the accumulator. Registers 2j and 2j + 1 hold adjacent columns of one row starting at an even
+        // column, i.e. 8 aligned bytes inside one swizzled 4-float chunk (BwdWgmma.LayoutCheck checks both):
+        // one 64-bit store per pair (CuTe's copy cannot see through the swizzle and issued two 32-bit stores;
+        // those stores were 12% of the MMA warps' stall samples at head dim 128).
         Tensor sdQ = make_tensor(make_smem_ptr(s.dq[dq_stage]), typename Config::SmemLayoutdQStaging{});
         Tensor tdQsdQ = thr_dq.partition_C(sdQ);
-        copy(tdQrdQ, tdQsdQ);
+        CUTE_UNROLL
+        for (int i = 0; i < size(tdQrdQ); i += 2) {
+          *reinterpret_cast<float2*>(&tdQsdQ(i)) = make_float2(tdQrdQ(i), tdQrdQ(i + 1));
+        }
       }
       if (thread == 0) {
         DqHandoff h;
