@@ -86,8 +86,12 @@ struct WgConfig {
   // Issue dV += P^T dO after dS^T is computed instead of before. At kBlockM = 128 the dS^T loop holds S^T and
   // dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
   // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled).
-  // Issued after the loop, dV still overlaps the dS^T store and the barriers.
-  static constexpr bool kDvAfterDs = kBlockM == 128;
+  // Issued after the loop, dV still overlaps the dS^T store and the barriers. DASH_BWD_DV_AFTER_DS = 0 or 1
+  // forces one order for both head dims (tuning experiments only; docs/kernel-notes-bwd-wgmma.md, log).
+#ifndef DASH_BWD_DV_AFTER_DS
+#define DASH_BWD_DV_AFTER_DS -1
+#endif
+  static constexpr bool kDvAfterDs = DASH_BWD_DV_AFTER_DS < 0 ? kBlockM == 128 : DASH_BWD_DV_AFTER_DS != 0;
   // Warps 1 and 2 of warpgroup 0 drain the dQ staging buffers, one buffer each (store_warp_loop): in the
   // deterministic mode one warp's release fence then overlaps the other's adds.
   static constexpr int kStoreWarps = kDqStages;
