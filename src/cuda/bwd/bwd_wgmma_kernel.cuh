@@ -85,15 +85,15 @@ struct WgConfig {
   static constexpr int kQStages = 2;  // Q / dO / LSE2 / delta ring depth (one visit ahead)
   // Issue dV += P^T dO after dS^T is computed instead of before. At kBlockM = 128 the dS^T loop holds S^T and
   // dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
-  // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled).
-  // Issued after the loop, dV still overlaps the dS^T store and the barriers. DASH_BWD_DV_AFTER_DS = 0 or 1
+  // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled; 16%
+  // slower on the H200). At kBlockM = 64 the early dV measured 1-4% faster. Issued after the loop, dV still overlaps the dS^T store and the barriers. DASH_BWD_DV_AFTER_DS = 0 or 1
   // forces one order for both head dims (tuning experiments only; docs/kernel-notes-bwd-wgmma.md, log).
 #ifndef DASH_BWD_DV_AFTER_DS
 #define DASH_BWD_DV_AFTER_DS -1
 #endif
   static constexpr bool kDvAfterDs = DASH_BWD_DV_AFTER_DS < 0 ? kBlockM == 128 : DASH_BWD_DV_AFTER_DS != 0;
-  // Warps 1 and 2 of warpgroup 0 drain the dQ staging buffers, one buffer each (store_warp_loop): in the
-  // deterministic mode one warp's release fence then overlaps the other's adds.
+  // Warps 1 and 2 of warpgroup 0 drain the dQ staging buffers, one buffer each (store_warp_loop): one
+  // buffer's hand-off (turn wait, bulk reduce-add, completion, release) then overlaps the other's.
   static constexpr int kStoreWarps = kDqStages;
   static_assert(kMmaThreads == kComputeThreads, "store_warp_loop's dq_full barrier counts kComputeThreads arrivals");
 
@@ -573,8 +573,8 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
         // The staging layout is the store warp's (swz_f32<kHeadDim>, Config::SmemLayoutdQStaging), partitioned
         // like the accumulator. Registers 2j and 2j + 1 hold adjacent columns of one row starting at an even
         // column, i.e. 8 aligned bytes inside one swizzled 4-float chunk (BwdWgmma.LayoutCheck checks both):
-        // one 64-bit store per pair (CuTe's copy cannot see through the swizzle and issued two 32-bit stores;
-        // those stores were 12% of the MMA warps' stall samples at head dim 128).
+        // one 64-bit store per pair (CuTe's copy cannot see through the swizzle and issued two 32-bit stores,
+        // 12% of the MMA warps' stall samples at head dim 128; halving them changed no measured speed).
         Tensor sdQ = make_tensor(make_smem_ptr(s.dq[dq_stage]), typename Config::SmemLayoutdQStaging{});
         Tensor tdQsdQ = thr_dq.partition_C(sdQ);
         CUTE_UNROLL
