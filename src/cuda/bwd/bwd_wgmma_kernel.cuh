@@ -86,8 +86,9 @@ struct WgConfig {
   // Issue dV += P^T dO after dS^T is computed instead of before. At kBlockM = 128 the dS^T loop holds S^T and
   // dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
   // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled; 16%
-  // slower on the H200). At kBlockM = 64 the early dV measured 1-4% faster. Issued after the loop, dV still overlaps the dS^T store and the barriers. DASH_BWD_DV_AFTER_DS = 0 or 1
-  // forces one order for both head dims (tuning experiments only; docs/kernel-notes-bwd-wgmma.md, log).
+  // slower on the H200). Issued after the loop, dV still overlaps the dS^T store and the barriers. At
+  // kBlockM = 64 the early dV measured 1-4% faster. DASH_BWD_DV_AFTER_DS = 0 or 1 forces one order for both
+  // head dims (tuning experiments only; docs/kernel-notes-bwd-wgmma.md, log).
 #ifndef DASH_BWD_DV_AFTER_DS
 #define DASH_BWD_DV_AFTER_DS -1
 #endif
