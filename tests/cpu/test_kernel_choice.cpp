@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// test_kernel_choice.cpp — DASH_BWD_KERNEL: every value and head dim, including the refusals (no silent
+// test_kernel_choice.cpp — DASH_BWD_KERNEL: every value, including the refusals (no silent
 // fallback to another kernel, errors that name the variable and the value).
 #include <string>
 
@@ -18,42 +18,30 @@ struct Choice {
   std::string error;
 };
 
-Choice choose(const std::string& env, int head_dim) {
+Choice choose(const std::string& env) {
   Choice c{DASH_OK, BwdKernel::kMma, ""};
-  c.status = select_backward_kernel(env, head_dim, c.kernel, c.error);
+  c.status = select_backward_kernel(env, c.kernel, c.error);
   return c;
 }
 
-TEST(BwdKernelChoice, DefaultIsWgmmaForBothHeadDims) {
-  for (int head_dim : {64, 128}) {
-    const Choice c = choose("", head_dim);
-    EXPECT_EQ(c.status, DASH_OK);
-    EXPECT_EQ(c.kernel, BwdKernel::kWgmma);
-  }
+TEST(BwdKernelChoice, UnsetOrEmptySelectsTheWgmmaKernel) {
+  const Choice c = choose("");
+  EXPECT_EQ(c.status, DASH_OK);
+  EXPECT_EQ(c.kernel, BwdKernel::kWgmma);
 }
 
-TEST(BwdKernelChoice, ExplicitValuesSelectTheirKernelForBothHeadDims) {
-  for (int head_dim : {64, 128}) {
-    const Choice mma = choose("mma", head_dim);
-    EXPECT_EQ(mma.status, DASH_OK);
-    EXPECT_EQ(mma.kernel, BwdKernel::kMma);
-    const Choice wgmma = choose("wgmma", head_dim);
-    EXPECT_EQ(wgmma.status, DASH_OK);
-    EXPECT_EQ(wgmma.kernel, BwdKernel::kWgmma);
-  }
-}
-
-TEST(BwdKernelChoice, OtherHeadDimsAreRefusedNamingTheHeadDim) {
-  for (const std::string value : {"", "mma", "wgmma"}) {
-    const Choice c = choose(value, 96);
-    EXPECT_EQ(c.status, DASH_ERROR_UNSUPPORTED) << value;
-    EXPECT_NE(c.error.find("head_dim 96"), std::string::npos) << c.error;
-  }
+TEST(BwdKernelChoice, ExplicitValuesSelectTheirKernel) {
+  const Choice mma = choose("mma");
+  EXPECT_EQ(mma.status, DASH_OK);
+  EXPECT_EQ(mma.kernel, BwdKernel::kMma);
+  const Choice wgmma = choose("wgmma");
+  EXPECT_EQ(wgmma.status, DASH_OK);
+  EXPECT_EQ(wgmma.kernel, BwdKernel::kWgmma);
 }
 
 TEST(BwdKernelChoice, UnknownValuesAreErrorsNamingTheValue) {
   for (const std::string value : {"WGMMA", "mma ", "fa3", "1"}) {
-    const Choice c = choose(value, 128);
+    const Choice c = choose(value);
     EXPECT_EQ(c.status, DASH_ERROR_INVALID_ARGUMENT) << value;
     EXPECT_NE(c.error.find("DASH_BWD_KERNEL=" + value + ": unknown backward kernel"), std::string::npos) << c.error;
   }

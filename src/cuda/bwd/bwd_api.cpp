@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -200,28 +201,38 @@ const std::string& bwd_kernel_env() {
   return value;
 }
 
-template <int kHeadDim>
-dash_status wgmma_max_coresident(dash_dtype dtype, int32_t& ctas, std::string& error) {
-  return dtype == DASH_DTYPE_BF16 ? bwd_wgmma_max_coresident<kHeadDim, DASH_DTYPE_BF16>(ctas, error)
-                                  : bwd_wgmma_max_coresident<kHeadDim, DASH_DTYPE_FP16>(ctas, error);
-}
-template <int kHeadDim>
-dash_status wgmma_launch(dash_dtype dtype, const BwdParams& params, int32_t ctas, bool coop, cudaStream_t stream,
-                         std::string& error) {
-  return dtype == DASH_DTYPE_BF16 ? run_bwd_wgmma<kHeadDim, DASH_DTYPE_BF16>(params, ctas, coop, stream, error)
-                                  : run_bwd_wgmma<kHeadDim, DASH_DTYPE_FP16>(params, ctas, coop, stream, error);
+// Calls f(head dim, dtype) with both as compile-time constants: the instantiations that exist (head dims 64
+// and 128, checked by dash_bwd before; bf16 and fp16).
+template <class F>
+dash_status with_instantiation(int32_t head_dim, dash_dtype dtype, F&& f) {
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  using Bf16 = std::integral_constant<dash_dtype, DASH_DTYPE_BF16>;
+  using Fp16 = std::integral_constant<dash_dtype, DASH_DTYPE_FP16>;
+  if (head_dim == 64) return dtype == DASH_DTYPE_BF16 ? f(D64{}, Bf16{}) : f(D64{}, Fp16{});
+  return dtype == DASH_DTYPE_BF16 ? f(D128{}, Bf16{}) : f(D128{}, Fp16{});
 }
 
-template <int kHeadDim>
-dash_status max_coresident(dash_dtype dtype, int32_t& ctas, std::string& error) {
-  return dtype == DASH_DTYPE_BF16 ? bwd_sm90_max_coresident<kHeadDim, DASH_DTYPE_BF16>(ctas, error)
-                                  : bwd_sm90_max_coresident<kHeadDim, DASH_DTYPE_FP16>(ctas, error);
+// Most CTAs of `kernel`'s main kernel the current device holds at once, for this head dim and dtype.
+dash_status max_coresident_ctas(BwdKernel kernel, int32_t head_dim, dash_dtype dtype, int32_t& ctas,
+                                std::string& error) {
+  return with_instantiation(head_dim, dtype, [&](auto hd, auto dt) {
+    constexpr int kHeadDim = decltype(hd)::value;
+    constexpr dash_dtype kDtype = decltype(dt)::value;
+    return kernel == BwdKernel::kWgmma ? bwd_wgmma_max_coresident<kHeadDim, kDtype>(ctas, error)
+                                       : bwd_sm90_max_coresident<kHeadDim, kDtype>(ctas, error);
+  });
 }
-template <int kHeadDim>
-dash_status launch(dash_dtype dtype, const BwdParams& params, int32_t ctas, bool coop, cudaStream_t stream,
-                   std::string& error) {
-  return dtype == DASH_DTYPE_BF16 ? run_bwd_sm90<kHeadDim, DASH_DTYPE_BF16>(params, ctas, coop, stream, error)
-                                  : run_bwd_sm90<kHeadDim, DASH_DTYPE_FP16>(params, ctas, coop, stream, error);
+
+// Preprocess, main and convert launches of `kernel` on `stream`.
+dash_status launch_backward(BwdKernel kernel, int32_t head_dim, dash_dtype dtype, const BwdParams& params,
+                            int32_t ctas, bool cooperative, cudaStream_t stream, std::string& error) {
+  return with_instantiation(head_dim, dtype, [&](auto hd, auto dt) {
+    constexpr int kHeadDim = decltype(hd)::value;
+    constexpr dash_dtype kDtype = decltype(dt)::value;
+    return kernel == BwdKernel::kWgmma ? run_bwd_wgmma<kHeadDim, kDtype>(params, ctas, cooperative, stream, error)
+                                       : run_bwd_sm90<kHeadDim, kDtype>(params, ctas, cooperative, stream, error);
+  });
 }
 
 }  // namespace
@@ -343,11 +354,10 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
   BwdKernel kernel = BwdKernel::kMma;
   {
     std::string error;
-    if (dash_status s = select_backward_kernel(bwd_kernel_env(), a.problem.head_dim, kernel, error); s != DASH_OK) {
+    if (dash_status s = select_backward_kernel(bwd_kernel_env(), kernel, error); s != DASH_OK) {
       return fail(s, error);
     }
   }
-  const bool use_wgmma = kernel == BwdKernel::kWgmma;
 
   // A plan with forward waits needs all its CTAs co-resident (docs/DEADLOCK.md): launch cooperatively, and
   // refuse when the device cannot hold them.
@@ -355,11 +365,7 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
   std::string error;
   if (needs_coresidency) {
     int32_t capacity = 0;
-    const bool hdim64 = a.problem.head_dim == 64;
-    dash_status s = use_wgmma ? (hdim64 ? wgmma_max_coresident<64>(a.dtype, capacity, error)
-                                        : wgmma_max_coresident<128>(a.dtype, capacity, error))
-                              : (hdim64 ? max_coresident<64>(a.dtype, capacity, error)
-                                        : max_coresident<128>(a.dtype, capacity, error));
+    dash_status s = max_coresident_ctas(kernel, a.problem.head_dim, a.dtype, capacity, error);
     if (s != DASH_OK) return fail(s, "dash_bwd: " + error);
     if (h.num_ctas > capacity) {
       return fail(DASH_ERROR_UNSUPPORTED, "plan.num_ctas: " + std::to_string(h.num_ctas) +
@@ -431,15 +437,10 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
       return cuda_fail("cudaMemsetAsync(dk/dv accum)", s);
     }
   }
-  if (use_wgmma) {
-    dash_status s = p.head_dim == 64 ? wgmma_launch<64>(a.dtype, params, h.num_ctas, needs_coresidency, stream, error)
-                                     : wgmma_launch<128>(a.dtype, params, h.num_ctas, needs_coresidency, stream, error);
-    if (s != DASH_OK) return fail(s, "dash_bwd (TMA + wgmma kernel): " + error);
-    return DASH_OK;
+  if (dash_status s = launch_backward(kernel, p.head_dim, a.dtype, params, h.num_ctas, needs_coresidency, stream, error);
+      s != DASH_OK) {
+    return fail(s, std::string(kernel == BwdKernel::kWgmma ? "dash_bwd (TMA + wgmma kernel): " : "dash_bwd: ") + error);
   }
-  dash_status s = p.head_dim == 64 ? launch<64>(a.dtype, params, h.num_ctas, needs_coresidency, stream, error)
-                                   : launch<128>(a.dtype, params, h.num_ctas, needs_coresidency, stream, error);
-  if (s != DASH_OK) return fail(s, "dash_bwd: " + error);
   return DASH_OK;
 }
 

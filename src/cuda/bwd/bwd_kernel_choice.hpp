@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // bwd_kernel_choice.hpp — which backward main kernel runs a problem, from the value of the environment variable
-// DASH_BWD_KERNEL and the head dim. Host-only and free of CUDA, so that the CPU tests cover every branch;
+// DASH_BWD_KERNEL. Host-only and free of CUDA, so that the CPU tests cover every branch;
 // bwd_api.cpp reads the variable once per process and calls this for every dash_bwd.
 #pragma once
 
-#include <cstdint>
 #include <string>
 
 #include "dash/dash_attn.h"
@@ -16,16 +15,11 @@ enum class BwdKernel {
   kWgmma,  // TMA + wgmma (bwd_wgmma_kernel.cuh)
 };
 
-// Both kernels serve head dims 64 and 128 (any other head dim: DASH_ERROR_UNSUPPORTED, naming it; dash_bwd
-// refuses those earlier). Unset or empty: the wgmma kernel. "mma": the mma.sync kernel (A/B comparisons).
-// "wgmma": the wgmma kernel. Anything else: DASH_ERROR_INVALID_ARGUMENT, since a typo must not silently run
-// (or benchmark) another kernel. On error, `error` names the variable and its value.
-inline dash_status select_backward_kernel(const std::string& env_value, int32_t head_dim, BwdKernel& kernel,
-                                          std::string& error) {
-  if (head_dim != 64 && head_dim != 128) {
-    error = "head_dim " + std::to_string(head_dim) + ": the backward kernels support head_dim 64 and 128";
-    return DASH_ERROR_UNSUPPORTED;
-  }
+// Both kernels serve head dims 64 and 128 (dash_bwd refuses others before it asks). Unset, empty or "wgmma":
+// the TMA + wgmma kernel. "mma": the mma.sync kernel (A/B comparisons). Anything else:
+// DASH_ERROR_INVALID_ARGUMENT, since a typo must not silently run (or benchmark) another kernel; `error` then
+// names the variable and its value.
+inline dash_status select_backward_kernel(const std::string& env_value, BwdKernel& kernel, std::string& error) {
   if (env_value.empty() || env_value == "wgmma") {
     kernel = BwdKernel::kWgmma;
     return DASH_OK;

@@ -218,6 +218,18 @@ struct DqHandoff {
   int32_t visit;        // index in the unit's visit table (order log only)
 };
 
+// What a claimed ticket names: the plan item and its unit's coordinates (batch, heads, group rank). Both
+// kernels decode tickets here, with plan_format.h's decoder (the simulator and the CPU backend use it too).
+struct TicketWork {
+  dash_item item;
+  dash_unit_coords unit;
+};
+__device__ __forceinline__ TicketWork decode_ticket(const BwdParams& p, int ticket) {
+  return TicketWork{p.items[ticket % p.items_per_unit],
+                    dash_unit_coords_from(p.gqa_mode, p.heads_q, p.heads_kv, p.group_size, p.group_head_by_rank,
+                                          ticket / p.items_per_unit)};
+}
+
 // The part of a visit record the compute warps use after the loads are issued (written by thread 0 with
 // the Q/dO stage, so the plan tables cost the MMA code no registers).
 struct VisitStage {
@@ -715,12 +727,10 @@ struct ComputeWarps {
       const int ticket = s.ticket;
       if (ticket >= p.num_tickets) break;
 
-      const int unit = ticket / p.items_per_unit;
-      const dash_item item = p.items[ticket % p.items_per_unit];
-      const dash_unit_coords unit_coords =
-          dash_unit_coords_from(p.gqa_mode, p.heads_q, p.heads_kv, p.group_size, p.group_head_by_rank, unit);
-      const int b = unit_coords.batch, head_kv = unit_coords.head_kv, unit_head = unit_coords.head_q,
-                group_rank = unit_coords.group_rank;
+      const TicketWork work = decode_ticket(p, ticket);
+      const dash_item item = work.item;
+      const int b = work.unit.batch, head_kv = work.unit.head_kv, unit_head = work.unit.head_q,
+                group_rank = work.unit.group_rank;
 
       for (int sgi = 0; sgi < item.num_segments; ++sgi) {
         const dash_segment seg = p.segments[item.first_segment + sgi];

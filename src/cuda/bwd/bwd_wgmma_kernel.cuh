@@ -337,13 +337,11 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
     const int ticket = atomicAdd(p.ticket_counter, 1);
     if (ticket >= p.num_tickets) break;
 
-    // Plan decoding: identical to the mma.sync kernel's ComputeWarps::run.
-    const int unit = ticket / p.items_per_unit;
-    const dash_item item = p.items[ticket % p.items_per_unit];
-    const dash_unit_coords unit_coords =
-        dash_unit_coords_from(p.gqa_mode, p.heads_q, p.heads_kv, p.group_size, p.group_head_by_rank, unit);
-    const int b = unit_coords.batch, head_kv = unit_coords.head_kv, unit_head = unit_coords.head_q,
-              group_rank = unit_coords.group_rank;
+    // Plan decoding, shared with the mma.sync kernel.
+    const TicketWork work = decode_ticket(p, ticket);
+    const dash_item item = work.item;
+    const int b = work.unit.batch, head_kv = work.unit.head_kv, unit_head = work.unit.head_q,
+              group_rank = work.unit.group_rank;
 
     Tensor gK = local_tile(mK(_, _, head_kv, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
     Tensor gV = local_tile(mV(_, _, head_kv, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
