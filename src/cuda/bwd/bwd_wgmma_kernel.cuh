@@ -87,14 +87,21 @@ struct WgConfig {
   // head dim 64. With two, the elementwise work of one block (exp2, mask, dS^T) runs while the tensor cores
   // compute the other block's GEMMs (wg_mma: "two query blocks"); with one block per tile the exponentials
   // of a whole 128-query tile left the tensor cores idle (ncu: 51% tensor-pipe utilisation at head dim 64).
-  static constexpr int kQueryBlock = 64;
-  static constexpr int kQueryBlocks = kBlockM / kQueryBlock;
-  // Single-block path (head dim 128) only: issue dV += P^T dO after dS^T is computed instead of before (a
-  // tuning switch, DASH_BWD_DV_AFTER_DS = 1; measured 1-4% slower, docs/kernel-notes-bwd-wgmma.md, log).
-#ifndef DASH_BWD_DV_AFTER_DS
-#define DASH_BWD_DV_AFTER_DS 0
+#ifndef DASH_BWD_QUERY_BLOCK
+#define DASH_BWD_QUERY_BLOCK 64  // tuning experiments: 128 = one block per Q tile at head dim 64 too
 #endif
-  static constexpr bool kDvAfterDs = DASH_BWD_DV_AFTER_DS != 0;
+  static constexpr int kQueryBlock = DASH_BWD_QUERY_BLOCK < kBlockM ? DASH_BWD_QUERY_BLOCK : kBlockM;
+  static constexpr int kQueryBlocks = kBlockM / kQueryBlock;
+  static_assert(kQueryBlocks == 1 || (kQueryBlocks == 2 && kQueryBlock == 64), "one or two 64-query blocks");
+  // Single-block path only: issue dV += P^T dO after dS^T is computed instead of before. With 128-query blocks
+  // the dS^T loop holds S^T and dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight
+  // there pins its registers: ptxas serialised every wgmma ("insufficient register resources", 48 B spilled;
+  // 16% slower on the H200), so dV comes after dS^T there. With 64-query blocks (head dim 128) the early dV
+  // measured 1-4% faster. DASH_BWD_DV_AFTER_DS = 0 or 1 forces one order (tuning experiments only).
+#ifndef DASH_BWD_DV_AFTER_DS
+#define DASH_BWD_DV_AFTER_DS -1
+#endif
+  static constexpr bool kDvAfterDs = DASH_BWD_DV_AFTER_DS < 0 ? kQueryBlock == 128 : DASH_BWD_DV_AFTER_DS != 0;
   // Warps 1 and 2 of warpgroup 0 drain the dQ staging buffers, one buffer each (store_warp_loop): one
   // buffer's hand-off (turn wait, bulk reduce-add, completion, release) then overlaps the other's.
   static constexpr int kStoreWarps = kDqStages;
@@ -554,13 +561,12 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
           ds_elem(i) = Element(acc_p(i) * (acc_dp(i) - delta_row[get<1>(tScS0(i))]));
         }
       };
-      // dS^T registers of query block `block` -> sdS, fenced for the async proxy (wgmma reads it). Callers
-      // pass the dS-free barrier before the first store of a visit and the dS-ready barrier after the last.
+      // dS^T registers of query block `block` -> sdS. Callers pass the dS-free barrier before the first store
+      // of a visit, and fence the stores for the async proxy (wgmma reads them) before the dS-ready barrier.
       // The dS^T registers are not yet an operand of any wgmma here: PTX makes even reading the A registers
       // of an in-flight wgmma undefined, which is why dK += dS^T Q is issued only after this store.
       auto store_ds = [&](auto const& ds_store_src, int block) {
         copy(ds_store, ds_store_src, tdSsdS(_, _, _, block));
-        cutlass::arch::fence_view_async_shared();
       };
       // Hand this warpgroup's dQ partial to the store warp of this staging buffer, as the mma.sync kernel
       // does. WAIT (staging buffer) until that store warp drained it: it drains in order and is only held up
@@ -616,6 +622,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
         // (warpgroup_wait<0> at the end of that visit) before that warpgroup reached this barrier.
         mma_barrier(kBarDsFree);
         store_ds(tdSr0_store, 0);
+        cutlass::arch::fence_view_async_shared();
         // BARRIER (dS ready): both warpgroups' keys of dS^T are written and fenced before either issues dQ.
         mma_barrier(kBarDsReady);
       } else {
@@ -626,14 +633,19 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
         // of both warpgroups, so it comes last, as with one block. (Issuing warpgroup 0's dQ after block 0
         // puts a wgmma in a branch on the warpgroup: ptxas then serialised every wgmma, C7520, and spilled.)
         const int b0 = st * kBlocks, b1 = st * kBlocks + 1;
+#ifndef DASH_BWD_BLOCK1_ISSUE
+#define DASH_BWD_BLOCK1_ISSUE 0  // experiment: 0 S1 dP1 with S0 dP0; 1 S1 there, dP1 after P0; 2 both after P0
+#endif
         warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, b0), tSrS0);
         warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, b0), tSrdP0);
-        warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, b1), tSrS1);
-        warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, b1), tSrdP1);
+        if constexpr (DASH_BWD_BLOCK1_ISSUE <= 1) warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, b1), tSrS1);
+        if constexpr (DASH_BWD_BLOCK1_ISSUE == 0) warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, b1), tSrdP1);
         // WAIT (wgmma): pending S0 dP0 S1 dP1; at most 3 pending means S0 is complete.
-        warpgroup_wait<3>();
+        warpgroup_wait<3 - DASH_BWD_BLOCK1_ISSUE>();
         warpgroup_fence_operand(tSrS0);
         compute_p(tSrS0, tPr0, 0);
+        if constexpr (DASH_BWD_BLOCK1_ISSUE == 2) warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, b1), tSrS1);
+        if constexpr (DASH_BWD_BLOCK1_ISSUE >= 1) warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, b1), tSrdP1);
         // WAIT (wgmma): at most 2 pending (S1, dP1) means dP0 is complete.
         warpgroup_wait<2>();
         warpgroup_fence_operand(tSrdP0);
@@ -656,6 +668,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
         // issue order.
         warpgroup_gemm<false, true>(mma_dkv, tPa1, tdVrdOt(_, _, _, b1), tdVrdV);
         store_ds(tdSr1_store, 1);
+        cutlass::arch::fence_view_async_shared();  // one fence covers both blocks' stores of this thread
         // BARRIER (dS ready): both blocks of both warpgroups' keys are written and fenced before either
         // warpgroup issues its dQ GEMM.
         mma_barrier(kBarDsReady);
