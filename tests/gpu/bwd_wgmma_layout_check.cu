@@ -4,8 +4,8 @@
 // 128: tiles 64 x 128) and both dtypes:
 //   - the dQ staging layout (a CuTe Swizzle over row-major kBlockM x kHeadDim fp32) equals the store warp's
 //     swz_f32<kHeadDim> at every position (the store warp reads what the MMA warpgroups write);
-//   - the operand views (64-query blocks of Q / dO and their transposes per stage, dS^T blocks, K^T, dS =
-//     view of dS^T) address the same elements as the tiles they view;
+//   - the transposed operand views (Q^T, dO^T per stage, K^T, dS = view of dS^T) address the same elements
+//     as the tiles they view;
 //   - the accumulator coordinate facts the MMA code relies on (additive thread offsets, warpgroup split,
 //     exact coverage, adjacent column pairs, the dQ split between the warpgroups);
 //   - the shared-memory struct fits the 227 KB an sm_90 block may use.
@@ -29,20 +29,12 @@ int check(const char* name) {
   for (int q = 0; q < C::kBlockM; ++q)
     for (int k = 0; k < C::kBlockN; ++k)
       if (ds(q, k) != dst(k, q)) ++bad;
-  // Query blocks (64 rows) of the TMA's stage tiles, and their transposed views.
   const auto qs = typename C::SmemLayoutQ{};
-  const auto qb = typename C::SmemLayoutQBlocks{};
-  const auto qt = typename C::SmemLayoutQtBlocks{};
+  const auto qt = typename C::SmemLayoutQt{};
   for (int s = 0; s < C::kQStages; ++s)
     for (int q = 0; q < C::kBlockM; ++q)
-      for (int d = 0; d < C::kHeadDim; ++d) {
-        const int block = s * C::kQueryBlocks + q / C::kQueryBlock, row = q % C::kQueryBlock;
-        if (qs(q, d, s) != qb(row, d, block) || qs(q, d, s) != qt(d, row, block)) ++bad;
-      }
-  const auto dsb = typename C::SmemLayoutdStBlocks{};
-  for (int q = 0; q < C::kBlockM; ++q)
-    for (int k = 0; k < C::kBlockN; ++k)
-      if (dst(k, q) != dsb(k, q % C::kQueryBlock, q / C::kQueryBlock)) ++bad;
+      for (int d = 0; d < C::kHeadDim; ++d)
+        if (qs(q, d, s) != qt(d, q, s)) ++bad;
   const auto kv = typename C::SmemLayoutKV{};
   const auto kt = typename C::SmemLayoutKt{};
   for (int k = 0; k < C::kBlockN; ++k)
@@ -50,14 +42,14 @@ int check(const char* name) {
       if (kv(k, d) != kt(d, k)) ++bad;
   // The MMA warpgroups' mask / LSE indexing assumes: register i of thread t sits at thread t's register-0
   // coordinate plus thread 0's register-i coordinate (tScS0 in wg_mma), warpgroup 1 owns keys 64..127, and
-  // the 256 threads cover a (128 keys x 64 queries) S^T block exactly once. Same coverage for dQ
+  // the 256 threads cover the (128 keys x kBlockM queries) S^T tile exactly once. Same coverage for dQ
   // (kBlockM x kHeadDim).
   {
     using namespace cute;
     typename C::MmaSdP mma;
-    auto id = make_identity_tensor(Shape<Int<C::kBlockN>, Int<C::kQueryBlock>>{});
+    auto id = make_identity_tensor(Shape<Int<C::kBlockN>, Int<C::kBlockM>>{});
     auto c0 = mma.get_thread_slice(0).partition_C(id);
-    static int hits[C::kBlockN][C::kQueryBlock];
+    static int hits[C::kBlockN][C::kBlockM];
     for (auto& row : hits)
       for (int& h : row) h = 0;
     for (int t = 0; t < C::kMmaThreads; ++t) {
@@ -67,7 +59,7 @@ int check(const char* name) {
       for (int i = 0; i < size(ct); ++i) {
         const int k = get<0>(ct(i)), q = get<1>(ct(i));
         if (k != k0 + get<0>(c0(i)) || q != q0 + get<1>(c0(i))) ++bad;
-        if (k < 0 || k >= C::kBlockN || q < 0 || q >= C::kQueryBlock) { ++bad; continue; }
+        if (k < 0 || k >= C::kBlockN || q < 0 || q >= C::kBlockM) { ++bad; continue; }
         ++hits[k][q];
       }
     }

@@ -83,25 +83,16 @@ struct WgConfig {
   static_assert(kProducerRegisters * 128 + kMmaRegisters * kMmaThreads <= dash::sm90::launch_register_pool(kThreads),
                 "register budgets exceed the CTA's register pool: setmaxnreg.inc would wait forever");
   static constexpr int kQStages = 2;  // Q / dO / LSE2 / delta ring depth (one visit ahead)
-  // The S^T / dP^T GEMMs, P^T and dS^T work on blocks of 64 queries: one per Q tile at head dim 128, two at
-  // head dim 64. With two, the elementwise work of one block (exp2, mask, dS^T) runs while the tensor cores
-  // compute the other block's GEMMs (wg_mma: "two query blocks"); with one block per tile the exponentials
-  // of a whole 128-query tile left the tensor cores idle (ncu: 51% tensor-pipe utilisation at head dim 64).
-#ifndef DASH_BWD_QUERY_BLOCK
-#define DASH_BWD_QUERY_BLOCK 64  // tuning experiments: 128 = one block per Q tile at head dim 64 too
-#endif
-  static constexpr int kQueryBlock = DASH_BWD_QUERY_BLOCK < kBlockM ? DASH_BWD_QUERY_BLOCK : kBlockM;
-  static constexpr int kQueryBlocks = kBlockM / kQueryBlock;
-  static_assert(kQueryBlocks == 1 || (kQueryBlocks == 2 && kQueryBlock == 64), "one or two 64-query blocks");
-  // Single-block path only: issue dV += P^T dO after dS^T is computed instead of before. With 128-query blocks
-  // the dS^T loop holds S^T and dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight
-  // there pins its registers: ptxas serialised every wgmma ("insufficient register resources", 48 B spilled;
-  // 16% slower on the H200), so dV comes after dS^T there. With 64-query blocks (head dim 128) the early dV
-  // measured 1-4% faster. DASH_BWD_DV_AFTER_DS = 0 or 1 forces one order (tuning experiments only).
+  // Issue dV += P^T dO after dS^T is computed instead of before. At kBlockM = 128 the dS^T loop holds S^T and
+  // dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
+  // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled; 16%
+  // slower on the H200). Issued after the loop, dV still overlaps the dS^T store and the barriers. At
+  // kBlockM = 64 the early dV measured 1-4% faster. DASH_BWD_DV_AFTER_DS = 0 or 1 forces one order for both
+  // head dims (tuning experiments only; docs/kernel-notes-bwd-wgmma.md, log).
 #ifndef DASH_BWD_DV_AFTER_DS
 #define DASH_BWD_DV_AFTER_DS -1
 #endif
-  static constexpr bool kDvAfterDs = DASH_BWD_DV_AFTER_DS < 0 ? kQueryBlock == 128 : DASH_BWD_DV_AFTER_DS != 0;
+  static constexpr bool kDvAfterDs = DASH_BWD_DV_AFTER_DS < 0 ? kBlockM == 128 : DASH_BWD_DV_AFTER_DS != 0;
   // Warps 1 and 2 of warpgroup 0 drain the dQ staging buffers, one buffer each (store_warp_loop): one
   // buffer's hand-off (turn wait, bulk reduce-add, completion, release) then overlaps the other's.
   static constexpr int kStoreWarps = kDqStages;
@@ -113,16 +104,11 @@ struct WgConfig {
       decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
   using SmemLayoutQ = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kQStages>>{}));
-  // The same bytes as query blocks of 64 rows (the GEMMs' view): block b of stage st is index
-  // st * kQueryBlocks + b (rows [64 b, 64 b + 64) of the stage's tile).
-  using SmemLayoutQBlocks = decltype(cute::tile_to_shape(
-      SmemAtom{}, cute::Shape<cute::Int<kQueryBlock>, cute::Int<kHeadDim>, cute::Int<kQStages * kQueryBlocks>>{}));
-  // Q and dO blocks seen as the (head dim, query) B operand of dK += dS^T Q and dV += P^T dO: MN-major.
-  using SmemLayoutQtBlocks = decltype(cute::composition(
-      SmemLayoutQBlocks{},
-      cute::make_ordered_layout(
-          cute::Shape<cute::Int<kHeadDim>, cute::Int<kQueryBlock>, cute::Int<kQStages * kQueryBlocks>>{},
-          cute::Step<cute::_2, cute::_1, cute::_3>{})));
+  // Q and dO seen as the (head dim, query) B operand of dK += dS^T Q and dV += P^T dO: same bytes, MN-major.
+  using SmemLayoutQt = decltype(cute::composition(
+      SmemLayoutQ{},
+      cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockM>, cute::Int<kQStages>>{},
+                                cute::Step<cute::_2, cute::_1, cute::_3>{})));
   using SmemLayoutKV =
       decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
   // K seen as the (head dim, key) B operand of dQ = dS K: same bytes, MN-major.
@@ -133,10 +119,6 @@ struct WgConfig {
   // written with stmatrix straight from the dS^T accumulator layout (no transpose) ...
   using SmemLayoutdSt = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
                                                      cute::Shape<cute::Int<kBlockN>, cute::Int<kBlockM>>{}));
-  // ... block by block (query block b = columns [64 b, 64 b + 64): same bytes) ...
-  using SmemLayoutdStBlocks = decltype(cute::tile_to_shape(
-      cute::GMMA::Layout_K_SW128_Atom<Element>{},
-      cute::Shape<cute::Int<kBlockN>, cute::Int<kQueryBlock>, cute::Int<kQueryBlocks>>{}));
   // ... and the same bytes seen as the (query, key) A operand of dQ = dS K: MN-major (query contiguous).
   using SmemLayoutdS = decltype(cute::composition(
       SmemLayoutdSt{}, cute::make_ordered_layout(cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{},
@@ -152,17 +134,15 @@ struct WgConfig {
       cute::Layout<cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>, cute::Stride<cute::Int<kHeadDim>, cute::_1>>{}));
 
   // ---- wgmma ----
-  // S^T = K Q^T and dP^T = V dO^T per query block: M = keys (2 warpgroups x 64), N = 64 queries, K = head
-  // dim; both from smem.
+  // S^T = K Q^T and dP^T = V dO^T: M = keys (2 warpgroups x 64), N = queries, K = head dim; both from smem.
   using MmaSdP = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float,
-                                 cute::Shape<cute::_64, cute::Int<kQueryBlock>, cute::Int<kHeadDim>>>(),
+                                 cute::Shape<cute::_64, cute::Int<kBlockM>, cute::Int<kHeadDim>>>(),
       cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
-  // dV += P^T dO and dK += dS^T Q per query block: M = keys (2 x 64), N = head dim, K = 64 queries; A from
-  // registers.
+  // dV += P^T dO and dK += dS^T Q: M = keys (2 x 64), N = head dim, K = queries; A from registers.
   using MmadKV = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<Element, Element, float,
-                                 cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kQueryBlock>>,
+                                 cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kBlockM>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
   // dQ = dS K: M = queries, N = head dim, K = keys; both from smem, both MN-major. Each warpgroup computes a
@@ -257,7 +237,7 @@ constexpr int wg_smem_bytes() {
 enum WgNamedBarrier : uint32_t {
   kBarMma = 1,      // generic: all MMA threads (split-GQA release, item done)
   kBarDsFree = 2,   // both warpgroups' previous dQ GEMMs (which read sdS) are complete
-  kBarDsReady = 3,  // both warpgroups' dS^T (every query block) are written and fenced for the async proxy
+  kBarDsReady = 3,  // both warpgroups' dS^T halves are written and fenced for the async proxy
 };
 __device__ __forceinline__ void mma_barrier(uint32_t id) {
   __syncwarp();  // bar.sync is .aligned: reconverge first (callers may come out of a divergent branch)
@@ -435,15 +415,15 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
   const BwdParams& p = P.base;
   const bool lane_leader = (threadIdx.x % 32) == 0;
 
-  Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQBlocks{});  // (q, d, block)
-  Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQBlocks{});
-  Tensor sQt = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQtBlocks{});  // (d, q, block)
-  Tensor sdOt = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQtBlocks{});
+  Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQ{});
+  Tensor sQt = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQt{});
   Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutKV{});
   Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Config::SmemLayoutKV{});
   Tensor sKt = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutKt{});
   Tensor sdS = make_tensor(make_smem_ptr(s.ds.data()), typename Config::SmemLayoutdS{});
-  Tensor sdSt = make_tensor(make_smem_ptr(s.ds.data()), typename Config::SmemLayoutdStBlocks{});  // (k, q, block)
+  Tensor sdSt = make_tensor(make_smem_ptr(s.ds.data()), typename Config::SmemLayoutdSt{});
 
   typename Config::MmaSdP mma_sdp;
   typename Config::MmadKV mma_dkv;
@@ -451,49 +431,41 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
   auto thr_sdp = mma_sdp.get_thread_slice(thread);
   auto thr_dkv = mma_dkv.get_thread_slice(thread);
   auto thr_dq = mma_dq.get_thread_slice(thread);
-  constexpr int kBlocks = Config::kQueryBlocks;
 
   // wgmma descriptors (no data in registers).
   Tensor tSrK = thr_sdp.partition_fragment_A(sK);      // this warpgroup's 64 keys
   Tensor tSrV = thr_sdp.partition_fragment_A(sV);
-  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);      // (.., .., .., stage x block)
+  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);      // (.., .., .., stage)
   Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
-  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (.., .., .., stage x block)
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (.., .., .., stage)
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
   Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
   Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);    // this warpgroup's head-dim columns (all at D = 64)
 
-  // Accumulators per thread: S^T, dP^T 32 fp32 each per query block; dV, dK kHeadDim / 2 fp32 each (whole
-  // segment); dQ 32 fp32 (D = 128: 32 + 32 + 64 + 64 + 32; D = 64: 2 x (32 + 32) + 32 + 32 + 32).
-  using BlockShape = Shape<Int<kBlockN>, Int<Config::kQueryBlock>>;
-  Tensor tSrS0 = partition_fragment_C(mma_sdp, BlockShape{});
-  Tensor tSrdP0 = partition_fragment_C(mma_sdp, BlockShape{});
-  Tensor tSrS1 = partition_fragment_C(mma_sdp, BlockShape{});   // second query block (D = 64 only)
-  Tensor tSrdP1 = partition_fragment_C(mma_sdp, BlockShape{});
+  // Accumulators per thread: S^T, dP^T kBlockM / 2 fp32 each; dV, dK kHeadDim / 2 fp32 each (whole segment);
+  // dQ 32 fp32 (D = 128: 32 + 32 + 64 + 64 + 32; D = 64: 64 + 64 + 32 + 32 + 32).
+  Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+  Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
   Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
   Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
   Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
   // P^T and dS^T in Element, in the accumulator's register order, viewed as the RS A operand (16 columns
   // of S^T = one 16-query k-step: the forward's P -> O += P V trick).
-  Tensor tPr0 = make_tensor<Element>(tSrS0.layout());
-  Tensor tdSr0 = make_tensor<Element>(tSrS0.layout());
-  Tensor tPr1 = make_tensor<Element>(tSrS0.layout());
-  Tensor tdSr1 = make_tensor<Element>(tSrS0.layout());
-  Tensor tPa0 = make_tensor(tPr0.data(), dash::sm90::accumulator_as_a_operand(tSrS0.layout()));
-  Tensor tdSa0 = make_tensor(tdSr0.data(), dash::sm90::accumulator_as_a_operand(tSrS0.layout()));
-  Tensor tPa1 = make_tensor(tPr1.data(), dash::sm90::accumulator_as_a_operand(tSrS0.layout()));
-  Tensor tdSa1 = make_tensor(tdSr1.data(), dash::sm90::accumulator_as_a_operand(tSrS0.layout()));
-  // (row, column) of every accumulator register in its (128 keys x 64 queries) block.
-  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(BlockShape{}));  // (key, query)
+  Tensor tPr = make_tensor<Element>(tSrS.layout());
+  Tensor tdSr = make_tensor<Element>(tSrS.layout());
+  Tensor tPa = make_tensor(tPr.data(), dash::sm90::accumulator_as_a_operand(tSrS.layout()));
+  Tensor tdSa = make_tensor(tdSr.data(), dash::sm90::accumulator_as_a_operand(tSrS.layout()));
+  // (row, column) of every accumulator register in its tile.
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));      // (key, query)
   // The same for thread 0 (constant-folded): every thread's coordinates are its (tScS(0)) plus these.
-  Tensor tScS0 = mma_sdp.get_thread_slice(0).partition_C(make_identity_tensor(BlockShape{}));
+  Tensor tScS0 = mma_sdp.get_thread_slice(0).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
   Tensor tdKVc = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));    // (key, dim)
+  Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));      // (query, dim)
   // dS^T registers -> sdSt with stmatrix (the forward's O-store idiom), addresses = base + constants.
   auto ds_store = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Config::MmaSdP{});
   auto thr_ds_store = ds_store.get_thread_slice(thread);
-  Tensor tdSsdS = thr_ds_store.partition_D(sdSt);  // (.., .., .., block)
-  Tensor tdSr0_store = thr_ds_store.retile_S(tdSr0);
-  Tensor tdSr1_store = thr_ds_store.retile_S(tdSr1);
+  Tensor tdSsdS = thr_ds_store.partition_D(sdSt);
+  Tensor tdSr_store = thr_ds_store.retile_S(tdSr);
 
   dash::sm90::PipelineState<Config::kQStages> q_state;
   uint32_t kv_phase = 0;
@@ -520,175 +492,108 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       wg_wait(&s.q_full[st], q_state.phase, kSiteQFull);
       const VisitRecord vis = s.visit[st];
 
+      // S^T = K_w Q^T and dP^T = V_w dO^T, one commit group each.
+      warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), tSrS);
+      warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), tSrdP);
+
       // Masking where the plan says the block is partly masked, and on a last KV tile that the keys do not
       // fill; rows past seqlen_q or with LSE = -inf have LSE2 = +inf, so P = 0 there.
-      // Register i sits at (key_base + r0_i, col_base + c0_i) of its query block, with (r0_i, c0_i) = thread
-      // 0's coordinates, compile-time constants. Key visible to query iff key < seqlen_k and (not causal or
-      // key <= query + seqlen_k - seqlen_q); both tests become one runtime value per visit and block compared
-      // with constants (written this way because ptxas hoisted 16 per-column values out of the loops and
-      // spilled).
+      // Register i sits at (key_base + r0_i, col_base + c0_i) with (r0_i, c0_i) = thread 0's coordinates,
+      // compile-time constants. Key visible to query iff key < seqlen_k and (not causal or
+      // key <= query + seqlen_k - seqlen_q); both tests become one runtime value per visit compared with
+      // constants (written this way because ptxas hoisted 16 per-column values out of the loops and spilled).
       const bool need_mask = (vis.flags & DASH_VISIT_PARTIAL_MASK) || (vis.kv_tile + 1) * kBlockN > p.seqlen_k;
       const int key_base = vis.kv_tile * kBlockN + get<0>(tScS(0));
       const int col_base = get<1>(tScS(0));
+      const float* lse2_row = &s.lse2[st][col_base];
+      const float* delta_row = &s.delta[st][col_base];
 
-      // P^T = exp2(S^T * scale_log2 - LSE2) of query block `block` in place (fp32, masked), and in Element.
-      auto compute_p = [&](auto& acc_s, auto& p_elem, int block) {
-        const float* lse2_row = &s.lse2[st][block * Config::kQueryBlock + col_base];
+      // WAIT (wgmma): S^T's group (committed first) is complete; dP^T's may still run while P is computed.
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tSrS);  // keep the reads of S^T below the wait
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) {
+        tSrS(i) = dash::sm90::exp2_approx(tSrS(i) * p.scale_log2 - lse2_row[get<1>(tScS0(i))]);
+      }
+      if (need_mask) {
+        // One branch per visit (uniform across the warpgroup); the loop inside has no branches.
+        const int keys_left = p.seqlen_k - key_base;                                         // masked iff r0 >= it
+        const int diag = p.causal ? key_base - col_base - (vis.q_tile * kBlockM + causal_offset)
+                                  : INT_MIN / 2;                                            // masked iff > c0 - r0
         CUTE_UNROLL
-        for (int i = 0; i < size(acc_s); ++i) {
-          acc_s(i) = dash::sm90::exp2_approx(acc_s(i) * p.scale_log2 - lse2_row[get<1>(tScS0(i))]);
+        for (int i = 0; i < size(tSrS); ++i) {
+          const int r0 = get<0>(tScS0(i)), c0 = get<1>(tScS0(i));
+          tSrS(i) = (r0 >= keys_left || diag > c0 - r0) ? 0.f : tSrS(i);
         }
-        if (need_mask) {
-          // One branch per visit (uniform across the warpgroup); the loop inside has no branches.
-          const int keys_left = p.seqlen_k - key_base;  // masked iff r0 >= it
-          const int diag = p.causal ? key_base - col_base -
-                                          (vis.q_tile * kBlockM + block * Config::kQueryBlock + causal_offset)
-                                    : INT_MIN / 2;  // masked iff > c0 - r0
-          CUTE_UNROLL
-          for (int i = 0; i < size(acc_s); ++i) {
-            const int r0 = get<0>(tScS0(i)), c0 = get<1>(tScS0(i));
-            acc_s(i) = (r0 >= keys_left || diag > c0 - r0) ? 0.f : acc_s(i);
-          }
-        }
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_s); ++i) p_elem(i) = Element(acc_s(i));
-      };
-      // dS^T = P^T (dP^T - delta) of query block `block`, in Element.
-      auto compute_ds = [&](auto const& acc_p, auto const& acc_dp, auto& ds_elem, int block) {
-        const float* delta_row = &s.delta[st][block * Config::kQueryBlock + col_base];
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_p); ++i) {
-          ds_elem(i) = Element(acc_p(i) * (acc_dp(i) - delta_row[get<1>(tScS0(i))]));
-        }
-      };
-      // dS^T registers of query block `block` -> sdS. Callers pass the dS-free barrier before the first store
-      // of a visit, and fence the stores for the async proxy (wgmma reads them) before the dS-ready barrier.
-      // The dS^T registers are not yet an operand of any wgmma here: PTX makes even reading the A registers
-      // of an in-flight wgmma undefined, which is why dK += dS^T Q is issued only after this store.
-      auto store_ds = [&](auto const& ds_store_src, int block) {
-        copy(ds_store, ds_store_src, tdSsdS(_, _, _, block));
-      };
-      // Hand this warpgroup's dQ partial to the store warp of this staging buffer, as the mma.sync kernel
-      // does. WAIT (staging buffer) until that store warp drained it: it drains in order and is only held up
-      // by a dQ-order wait, which ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
-      auto hand_off_dq = [&]() {
-        warpgroup_fence_operand(tdQrdQ);  // keep the reads of dQ below the caller's wait
-        wg_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
-        // The staging layout is the store warp's (swz_f32<kHeadDim>, Config::SmemLayoutdQStaging),
-        // partitioned like the accumulator. Registers 2j and 2j + 1 hold adjacent columns of one row starting
-        // at an even column, i.e. 8 aligned bytes inside one swizzled 4-float chunk (BwdWgmma.LayoutCheck
-        // checks both): one 64-bit store per pair (CuTe's copy cannot see through the swizzle and issued two
-        // 32-bit stores, 12% of the MMA warps' stall samples at head dim 128; halving them changed no
-        // measured speed).
+      }
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) tPr(i) = Element(tSrS(i));
+      // dV_w += P^T dO (A = P^T from registers): it runs while dS^T is computed and stored, or (kDvAfterDs)
+      // only while dS^T is stored.
+      if constexpr (!Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dkv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
+
+      // WAIT (wgmma): groups complete in commit order, so at most one pending (dV, if issued) means dP^T is
+      // complete.
+      warpgroup_wait<Config::kDvAfterDs ? 0 : 1>();
+      warpgroup_fence_operand(tSrdP);
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) {
+        tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_row[get<1>(tScS0(i))]));
+      }
+      if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dkv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
+
+      // BARRIER (dS free): the other warpgroup's dQ GEMM of the previous visit read sdS; it completed
+      // (warpgroup_wait<0> below) before that warpgroup reached this barrier. tdSr is not yet an operand of
+      // any wgmma here: PTX makes even reading the A registers of an in-flight wgmma undefined, which is why
+      // dK += dS^T Q is issued only after this store.
+      mma_barrier(kBarDsFree);
+      copy(ds_store, tdSr_store, tdSsdS);
+      // Generic-proxy writes read by wgmma (async proxy): each writer fences, then the barrier makes all
+      // 128 x kBlockM values (both warpgroups' halves) visible before either warpgroup issues dQ.
+      cutlass::arch::fence_view_async_shared();
+      mma_barrier(kBarDsReady);
+
+      // dQ[:, 64w..] = dS K[:, 64w..] (both from smem) first, then dK_w += dS^T Q (A = dS^T from registers):
+      // the dQ partial is handed to the store warps while the dK GEMM still runs, which hides the staging copy
+      // and gives the ordered add of a deterministic run a head start on the next visit.
+      warpgroup_gemm<true, false>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+      warpgroup_gemm<false, true>(mma_dkv, tdSa, tdKrQt(_, _, _, st), tdKrdK);
+      // WAIT (wgmma): groups complete in commit order (dV, dQ, dK), so at most one pending means dV and dQ are
+      // complete. Only the dK GEMM (accumulator tdKrdK, A registers tdSr) is in flight below: its registers
+      // are not touched until the warpgroup_wait<0> after the hand-off.
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tdQrdQ);  // keep the reads of dQ below the wait
+
+      // Hand the dQ partial to the store warp of this staging buffer, as the mma.sync kernel does. WAIT
+      // (staging buffer) until that store warp drained it: it drains in order and is only held up by a
+      // dQ-order wait, which ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
+      wg_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
+      {
+        // The staging layout is the store warp's (swz_f32<kHeadDim>, Config::SmemLayoutdQStaging), partitioned
+        // like the accumulator. Registers 2j and 2j + 1 hold adjacent columns of one row starting at an even
+        // column, i.e. 8 aligned bytes inside one swizzled 4-float chunk (BwdWgmma.LayoutCheck checks both):
+        // one 64-bit store per pair (CuTe's copy cannot see through the swizzle and issued two 32-bit stores,
+        // 12% of the MMA warps' stall samples at head dim 128; halving them changed no measured speed).
         Tensor sdQ = make_tensor(make_smem_ptr(s.dq[dq_stage]), typename Config::SmemLayoutdQStaging{});
         Tensor tdQsdQ = thr_dq.partition_C(sdQ);
         CUTE_UNROLL
         for (int i = 0; i < size(tdQrdQ); i += 2) {
           *reinterpret_cast<float2*>(&tdQsdQ(i)) = make_float2(tdQrdQ(i), tdQrdQ(i + 1));
         }
-        if (thread == 0) {
-          DqHandoff h;
-          h.accumulator = (seg.b * p.heads_q + vis.head) * p.num_q_tiles + vis.q_tile;  // seg.b: from smem
-          h.rank = vis.rank;
-          h.flags = vis.flags;
-          h.ticket = vis.ticket;
-          h.visit = vis.visit;
-          s.handoff[dq_stage] = h;
-        }
-        // The store warp's bulk copy reads the staged values through the async proxy: each writer fences its
-        // generic writes for that proxy, then its arrival releases them (and thread 0's record).
-        fence_proxy_async_shared();
-        mbar_arrive(&s.dq_full[dq_stage]);
-      };
-
-      if constexpr (kBlocks == 1) {
-        // ---- one query block (head dim 128) ----
-        warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), tSrS0);
-        warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), tSrdP0);
-        // WAIT (wgmma): S^T's group (committed first) is complete; dP^T's may still run while P is computed.
-        warpgroup_wait<1>();
-        warpgroup_fence_operand(tSrS0);  // keep the reads of S^T below the wait
-        compute_p(tSrS0, tPr0, 0);
-        // dV_w += P^T dO (A = P^T from registers): it runs while dS^T is computed and stored, or (kDvAfterDs)
-        // only while dS^T is stored.
-        if constexpr (!Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dkv, tPa0, tdVrdOt(_, _, _, st), tdVrdV);
-        // WAIT (wgmma): groups complete in commit order, so at most one pending (dV, if issued) means dP^T is
-        // complete.
-        warpgroup_wait<Config::kDvAfterDs ? 0 : 1>();
-        warpgroup_fence_operand(tSrdP0);
-        compute_ds(tSrS0, tSrdP0, tdSr0, 0);
-        if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dkv, tPa0, tdVrdOt(_, _, _, st), tdVrdV);
-        // BARRIER (dS free): the other warpgroup's dQ GEMM of the previous visit read sdS; it completed
-        // (warpgroup_wait<0> at the end of that visit) before that warpgroup reached this barrier.
-        mma_barrier(kBarDsFree);
-        store_ds(tdSr0_store, 0);
-        cutlass::arch::fence_view_async_shared();
-        // BARRIER (dS ready): both warpgroups' keys of dS^T are written and fenced before either issues dQ.
-        mma_barrier(kBarDsReady);
-      } else {
-        // ---- two query blocks (head dim 64). Commit groups, in order:
-        //   S0 dP0 S1 dP1 | dV0 dK0 | dV1 | dQ dK1
-        // The exponentials and dS^T of block 0 run while the tensor cores compute S1 / dP1, those of block 1
-        // while they compute dV0 / dK0. dQ (query rows [64 w, 64 w + 64), all 128 keys) needs both blocks
-        // of both warpgroups, so it comes last, as with one block. (Issuing warpgroup 0's dQ after block 0
-        // puts a wgmma in a branch on the warpgroup: ptxas then serialised every wgmma, C7520, and spilled.)
-        const int b0 = st * kBlocks, b1 = st * kBlocks + 1;
-#ifndef DASH_BWD_BLOCK1_ISSUE
-#define DASH_BWD_BLOCK1_ISSUE 0  // experiment: 0 S1 dP1 with S0 dP0; 1 S1 there, dP1 after P0; 2 both after P0
-#endif
-        warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, b0), tSrS0);
-        warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, b0), tSrdP0);
-        if constexpr (DASH_BWD_BLOCK1_ISSUE <= 1) warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, b1), tSrS1);
-        if constexpr (DASH_BWD_BLOCK1_ISSUE == 0) warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, b1), tSrdP1);
-        // WAIT (wgmma): pending S0 dP0 S1 dP1; at most 3 pending means S0 is complete.
-        warpgroup_wait<3 - DASH_BWD_BLOCK1_ISSUE>();
-        warpgroup_fence_operand(tSrS0);
-        compute_p(tSrS0, tPr0, 0);
-        if constexpr (DASH_BWD_BLOCK1_ISSUE == 2) warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, b1), tSrS1);
-        if constexpr (DASH_BWD_BLOCK1_ISSUE >= 1) warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, b1), tSrdP1);
-        // WAIT (wgmma): at most 2 pending (S1, dP1) means dP0 is complete.
-        warpgroup_wait<2>();
-        warpgroup_fence_operand(tSrdP0);
-        compute_ds(tSrS0, tSrdP0, tdSr0, 0);
-        warpgroup_gemm<false, true>(mma_dkv, tPa0, tdVrdOt(_, _, _, b0), tdVrdV);
-        // BARRIER (dS free): both warpgroups' dQ GEMMs of the previous visit read sdS; each completed
-        // (warpgroup_wait<0> at the end of that visit) before its warpgroup reached this barrier.
-        mma_barrier(kBarDsFree);
-        store_ds(tdSr0_store, 0);
-        warpgroup_gemm<false, true>(mma_dkv, tdSa0, tdKrQt(_, _, _, b0), tdKrdK);
-        // WAIT (wgmma): pending S1 dP1 dV0 dK0; at most 3 pending means S1 is complete.
-        warpgroup_wait<3>();
-        warpgroup_fence_operand(tSrS1);
-        compute_p(tSrS1, tPr1, 1);
-        // WAIT (wgmma): at most 2 pending (dV0, dK0) means dP1 is complete.
-        warpgroup_wait<2>();
-        warpgroup_fence_operand(tSrdP1);
-        compute_ds(tSrS1, tSrdP1, tdSr1, 1);
-        // dV1 accumulates into the registers dV0 may still be writing: wgmmas on one accumulator run in
-        // issue order.
-        warpgroup_gemm<false, true>(mma_dkv, tPa1, tdVrdOt(_, _, _, b1), tdVrdV);
-        store_ds(tdSr1_store, 1);
-        cutlass::arch::fence_view_async_shared();  // one fence covers both blocks' stores of this thread
-        // BARRIER (dS ready): both blocks of both warpgroups' keys are written and fenced before either
-        // warpgroup issues its dQ GEMM.
-        mma_barrier(kBarDsReady);
       }
-      // dQ = dS K, this warpgroup's 64 x 64 part (both from smem), first, then the last dK_w += dS^T Q (A =
-      // dS^T from registers): the dQ partial is handed to the store warps while the dK GEMM still runs, which
-      // hides the staging copy and gives the ordered add of a deterministic run a head start on the next
-      // visit.
-      warpgroup_gemm<true, false>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
-      if constexpr (kBlocks == 1) {
-        warpgroup_gemm<false, true>(mma_dkv, tdSa0, tdKrQt(_, _, _, st), tdKrdK);
-      } else {
-        warpgroup_gemm<false, true>(mma_dkv, tdSa1, tdKrQt(_, _, _, st * kBlocks + 1), tdKrdK);
+      if (thread == 0) {
+        DqHandoff h;
+        h.accumulator = (seg.b * p.heads_q + vis.head) * p.num_q_tiles + vis.q_tile;  // seg.b: from smem
+        h.rank = vis.rank;
+        h.flags = vis.flags;
+        h.ticket = vis.ticket;
+        h.visit = vis.visit;
+        s.handoff[dq_stage] = h;
       }
-      // WAIT (wgmma): groups complete in commit order, so at most one pending means every group before the
-      // last dK GEMM, the dQ GEMM included, is complete. Only that dK GEMM (accumulator tdKrdK, its A
-      // registers) is in flight below: its registers are not touched until the warpgroup_wait<0> after the
-      // hand-off.
-      warpgroup_wait<1>();
-      hand_off_dq();
+      // The store warp's bulk copy reads the staged values through the async proxy: each writer fences its
+      // generic writes for that proxy, then its arrival releases them (and thread 0's record).
+      fence_proxy_async_shared();
+      mbar_arrive(&s.dq_full[dq_stage]);
       dq_stage ^= 1;
       dq_phase ^= (dq_stage == 0);
 
