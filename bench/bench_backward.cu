@@ -5,7 +5,8 @@
 //
 //   dash-bench-bwd --out backward.jsonl --commit abc1234 [--warmup 3] [--iters 10] [--only-hdim 64|128]
 //                  [--quick] [--busy-ms N] [--config B,S,HQ,HKV,D,full|causal] [--schedules nondet,shift,...]
-//                  [--gqa split|pack]   (GQA configs: one unit per query head (default) or per KV head)
+//                  [--gqa auto|split|pack]   (GQA configs: the planner picks (default, as dash_attn does),
+//                  one unit per query head, or one per KV head; the JSON's gqa_plan is the mode the plan has)
 //
 // Per configuration: random normal inputs on the device (never zeros), O and LSE from dash_fwd (so P is the
 // real softmax); `warmup` untimed calls, then `iters` calls each bracketed by its own CUDA events; median,
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
   std::string out_path = "backward.jsonl", commit = "unknown";
   int warmup = 3, iters = 10, only_hdim = 0, busy_ms = 0;
   bool quick = false;
-  std::string only_config, only_schedules, gqa = "split";
+  std::string only_config, only_schedules, gqa = "auto";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -111,11 +112,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (gqa != "split" && gqa != "pack") {
-    std::fprintf(stderr, "--gqa: expected split or pack, got '%s'\n", gqa.c_str());
+  if (gqa != "auto" && gqa != "split" && gqa != "pack") {
+    std::fprintf(stderr, "--gqa: expected auto, split or pack, got '%s'\n", gqa.c_str());
     return 2;
   }
-  const int32_t gqa_mode = gqa == "pack" ? DASH_GQA_PACK_GROUP : DASH_GQA_SPLIT_HEADS;
+  const int32_t gqa_mode =
+      gqa == "pack" ? DASH_GQA_PACK_GROUP : gqa == "split" ? DASH_GQA_SPLIT_HEADS : DASH_GQA_AUTO;
   FILE* out = std::fopen(out_path.c_str(), "w");
   if (!out) {
     std::perror(out_path.c_str());
@@ -264,8 +266,9 @@ int main(int argc, char** argv) {
         if (r == 0) first = h;
         else bitwise &= (h == first);
       }
-      // Simulated makespan of the same plan.
+      // Simulated makespan of the same plan, and the GQA mode it has.
       double sim_us = -1;
+      const char* gqa_plan = "split";
       {
         const void* data = nullptr;
         size_t bytes = 0;
@@ -275,21 +278,24 @@ int main(int argc, char** argv) {
         so.critical_path = false;
         const dash::CostModel cm = dash::CostModel::for_problem(hp.problem(), {hp.header.block_m, hp.header.block_n});
         sim_us = dash::simulate(hp, hp.header.num_ctas, cm, so).makespan;
+        gqa_plan = dash::gqa_mode_name(hp.gqa_mode());
       }
       const double med = median(times);
       const double mn = *std::min_element(times.begin(), times.end());
       const double mx = *std::max_element(times.begin(), times.end());
       const double tflops = flops / (med * 1e-3) / 1e12;
-      std::printf("%-34s %-8s %-16s %9.3f %9.3f %9.3f %8.1f %6s %10.1f\n", config_name, det ? "det" : "nondet",
-                  schedule, med, mn, mx, tflops, bitwise ? "yes" : "NO", sim_us);
+      std::printf("%-34s %-8s %-16s %9.3f %9.3f %9.3f %8.1f %6s %10.1f%s%s\n", config_name, det ? "det" : "nondet",
+                  schedule, med, mn, mx, tflops, bitwise ? "yes" : "NO", sim_us, c.heads_q != c.heads_kv ? "  gqa " : "",
+                  c.heads_q != c.heads_kv ? gqa_plan : "");
       std::fprintf(out,
                    "{\"commit\":\"%s\",\"gpu\":\"%s\",\"sms\":%d,\"cuda_runtime\":%d,\"op\":\"backward\",\"config\":\"%s\","
                    "\"batch\":%d,\"seqlen\":%d,\"heads_q\":%d,\"heads_kv\":%d,\"head_dim\":%d,\"mask\":\"%s\",\"dtype\":\"bf16\","
                    "\"mode\":\"%s\",\"schedule\":\"%s\",\"median_ms\":%.4f,\"min_ms\":%.4f,\"max_ms\":%.4f,\"tflops\":%.2f,"
-                   "\"bitwise_identical_3_runs\":%s,\"simulated_makespan_us\":%.1f,\"iters\":%d,\"warmup\":%d,\"gqa\":\"%s\"}\n",
+                   "\"bitwise_identical_3_runs\":%s,\"simulated_makespan_us\":%.1f,\"iters\":%d,\"warmup\":%d,\"gqa\":\"%s\","
+                   "\"gqa_plan\":\"%s\"}\n",
                    commit.c_str(), prop.name, sms, runtime, config_name, c.batch, c.seqlen, c.heads_q, c.heads_kv,
                    c.head_dim, c.causal ? "causal" : "full", det ? "deterministic" : "nondeterministic", schedule, med,
-                   mn, mx, tflops, bitwise ? "true" : "false", sim_us, iters, warmup, gqa.c_str());
+                   mn, mx, tflops, bitwise ? "true" : "false", sim_us, iters, warmup, gqa.c_str(), gqa_plan);
       std::fflush(out);
       std::fflush(stdout);
 

@@ -105,7 +105,8 @@ inline Shape parse_shape(Args& args) {
   if (auto g = args.value("--gqa")) {
     if (*g == "split") s.gqa = dash::GqaMode::SplitHeads;
     else if (*g == "pack") s.gqa = dash::GqaMode::PackGroup;
-    else throw Error("--gqa", "expected split or pack, got '" + *g + "'");
+    else if (*g == "auto") s.gqa = dash::GqaMode::Auto;
+    else throw Error("--gqa", "expected split, pack or auto, got '" + *g + "'");
   }
   p.validate();
   return s;

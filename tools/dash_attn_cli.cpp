@@ -50,7 +50,8 @@ shape (plan, simulate):
   --mask M           full | causal | window (default full); --causal is short for --mask causal
   --window L,R       sliding window sizes (implies --mask window; -1 = unbounded side)
   --block-m N --block-n N   tile shape (default: the kernels' tiles for --hdim)
-  --gqa MODE         split (one unit per query head, default) | pack (one unit per KV head)
+  --gqa MODE         split (one unit per query head, default) | pack (one unit per KV head) | auto (the
+                     planner picks per candidate, by simulation on batch-1 problems, as dash_attn does)
 plan / simulate:
   --ctas P           co-resident CTAs (default 132, an H200's SMs)
   --schedule NAME    ascending | descending | shift | symmetric-shift | auto | auto-fastest (plan, check; default auto)
@@ -133,7 +134,9 @@ std::string fixed(double v, int digits) {
 std::string chosen_by(const Shape& s, int32_t ctas, const dash::CostModel& cost, dash::Schedule::Kind kind) {
   try {
     dash::PlanRequest req{s.problem, {kind, dash::Planner::Ascending}, ctas, s.tiles, s.gqa, &cost};
-    return dash::planner_name(dash::build_plan(req).planner());
+    const dash::Plan plan = dash::build_plan(req);
+    if (s.gqa != dash::GqaMode::Auto) return dash::planner_name(plan.planner());
+    return std::string(dash::planner_name(plan.planner())) + " (gqa " + dash::gqa_mode_name(plan.gqa_mode()) + ")";
   } catch (const Error& e) {
     return std::string("error: ") + e.what();
   }

@@ -103,7 +103,8 @@ typedef struct dash_plan_s* dash_plan_t;
 /* Builds and validates a plan on the host (dash::build_plan) and copies it to the current device.
  * schedule: "auto", "auto-fastest", "ascending", "descending", "shift" or "symmetric-shift".
  * num_ctas: CTAs of the persistent kernel; 0 = the multiprocessor count of the current device.
- * gqa_mode: DASH_GQA_SPLIT_HEADS or DASH_GQA_PACK_GROUP. */
+ * gqa_mode: DASH_GQA_SPLIT_HEADS, DASH_GQA_PACK_GROUP, or DASH_GQA_AUTO (the planner picks one of the two by
+ * simulation, on batch-1 problems: the same choice, and so the same bits per sequence, whatever the batch). */
 dash_status dash_plan_create(const dash_problem* problem, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
                              dash_plan_t* out);
 void dash_plan_destroy(dash_plan_t plan);

@@ -27,7 +27,12 @@ enum class Planner : int32_t {
 const char* planner_name(Planner planner);
 const std::vector<Planner>& all_planners();
 
-enum class GqaMode : int32_t { SplitHeads = DASH_GQA_SPLIT_HEADS, PackGroup = DASH_GQA_PACK_GROUP };
+// Auto is a request only: build_plan resolves it (a Plan's gqa_mode() is SplitHeads or PackGroup).
+enum class GqaMode : int32_t {
+  SplitHeads = DASH_GQA_SPLIT_HEADS,
+  PackGroup = DASH_GQA_PACK_GROUP,
+  Auto = DASH_GQA_AUTO
+};
 const char* gqa_mode_name(GqaMode mode);
 
 // A schedule as users name it: one planner, or a rule that picks one.

@@ -64,7 +64,9 @@ typedef enum dash_planner_kind {
 
 typedef enum dash_gqa_mode {
   DASH_GQA_SPLIT_HEADS = 0, /* one unit per query head; ordered dK/dV adds across the group */
-  DASH_GQA_PACK_GROUP = 1   /* one unit per KV head; dK/dV summed in registers over the group */
+  DASH_GQA_PACK_GROUP = 1,  /* one unit per KV head; dK/dV summed in registers over the group */
+  DASH_GQA_AUTO = 2         /* requests only (a built plan holds 0 or 1): the planner picks split or pack by
+                               simulation on batch-1 problems, so the choice does not depend on the batch */
 } dash_gqa_mode;
 
 typedef enum dash_visit_flags {

@@ -102,7 +102,8 @@ def _device_plan(problem: _abi.Problem, schedule: str, device: torch.device) -> 
             raise RuntimeError("dash_attn: no plan for this shape yet, and plans cannot be built during CUDA-graph "
                                "capture (they copy to the device); run the step once eagerly before capturing")
         with torch.cuda.device(device):
-            plan = _abi.DevicePlan(problem, schedule, 0, _abi.DASH_GQA_SPLIT_HEADS)
+            # GQA: the planner picks one unit per query head or per KV head on batch-1 problems (batch-invariant).
+            plan = _abi.DevicePlan(problem, schedule, 0, _abi.DASH_GQA_AUTO)
         _device_plans[key] = plan
     return plan
 
@@ -158,7 +159,7 @@ def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
             check(LIB.dash_bwd(ctypes.byref(args), plan.handle, int(deterministic), aligned, nbytes,
                                torch.cuda.current_stream(q.device).cuda_stream))
         return dq, dk, dv
-    plan = _abi.HostPlan(problem, schedule, CPU_PLAN_CTAS, _abi.DASH_GQA_SPLIT_HEADS)
+    plan = _abi.HostPlan(problem, schedule, CPU_PLAN_CTAS, _abi.DASH_GQA_AUTO)
     q32, k32, v32, o32, do32 = (t.float().contiguous() for t in (q, k, v, o, dout))
     dq, dk, dv = (torch.empty_like(t) for t in (q32, k32, v32))
     lse = lse.contiguous()

@@ -85,6 +85,17 @@ def test_a_sequence_has_the_same_gradient_bits_alone_and_in_a_batch():
     assert torch.equal(dq_b[1:2, :, :2], dq_1) and torch.equal(dk_b[1:2, :, :2], dk_1) and torch.equal(dv_b[1:2, :, :2], dv_1)
 
 
+def test_a_gqa_sequence_has_the_same_gradient_bits_alone_and_in_a_batch():
+    # Also across KV heads: the GQA mode (split or packed) is chosen from batch-1 simulations.
+    q, k, v = inputs(3, 120, 120, 8, 2, 32, seed=4)
+    dout = torch.randn(3, 120, 8, 32)
+    fn = lambda q, k, v: dash_attn.attention(q, k, v, causal=True)
+    _, dq_b, dk_b, dv_b = grads(fn, q, k, v, dout)
+    _, dq_1, dk_1, dv_1 = grads(fn, q[1:2, :, 4:], k[1:2, :, 1:], v[1:2, :, 1:], dout[1:2, :, 4:])
+    assert torch.equal(dq_b[1:2, :, 4:], dq_1) and torch.equal(dk_b[1:2, :, 1:], dk_1)
+    assert torch.equal(dv_b[1:2, :, 1:], dv_1)
+
+
 def test_torch_compile_has_no_graph_breaks():
     q, k, v = inputs(1, 64, 64, 2, 2, 32)
 

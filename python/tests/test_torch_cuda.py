@@ -78,6 +78,21 @@ def test_batch_invariance():
         assert torch.equal(a[2:3, :, :4], b)
 
 
+@pytest.mark.parametrize("seqlen", [1024, 4096])
+def test_gqa_batch_invariance(seqlen):
+    # GQA plans pick one unit per query head or per KV head (DASH_GQA_AUTO) from batch-1 simulations, so a
+    # sequence's bits must not depend on the batch or the number of KV heads it arrives with (at 1k the
+    # simulation picks the packed mode, at 4k the split one, on 132 SMs).
+    q, k, v = make(3, seqlen, seqlen, 8, 2, 128, seed=6)
+    dout = torch.randn_like(q)
+    fn = lambda q, k, v: dash_attn.attention(q, k, v, causal=True)
+    batch = run(fn, q, k, v, dout)
+    alone = run(fn, q[1:2, :, 4:], k[1:2, :, 1:], v[1:2, :, 1:], dout[1:2, :, 4:])
+    assert torch.equal(batch[1][1:2, :, 4:], alone[1])
+    for a, b in zip(batch[2:], alone[2:]):
+        assert torch.equal(a[1:2, :, 1:], b)
+
+
 def test_non_deterministic_mode_is_close():
     q, k, v = make(1, 1024, 1024, 4, 4, 64, seed=4)
     dout = torch.randn_like(q)

@@ -69,7 +69,9 @@ dash_status dash_plan_build_host(const dash_problem* problem, const char* schedu
     if (schedule == nullptr) throw dash::Error("schedule", "is NULL");
     if (blob == nullptr || bytes == nullptr) throw dash::Error("blob", "output pointers are NULL");
     if (num_ctas < 1) throw dash::Error("num_ctas", "must be >= 1 for a host plan (0 means 'the device's SMs' only in dash_plan_create)");
-    if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP) throw dash::Error("gqa_mode", "unknown mode");
+    if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP && gqa_mode != DASH_GQA_AUTO) {
+      throw dash::Error("gqa_mode", "unknown mode " + std::to_string(gqa_mode));
+    }
     dash::PlanRequest req{dash::Problem::from_c(*problem), dash::Schedule::parse(schedule), num_ctas, {},
                           static_cast<dash::GqaMode>(gqa_mode), nullptr};
     const std::vector<uint8_t> out = dash::build_plan(req).to_blob();

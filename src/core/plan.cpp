@@ -96,49 +96,75 @@ std::vector<Problem> canonical_problems(const Problem& real, GqaMode mode, const
   return problems;
 }
 
+// The GQA modes a request allows: both for DASH_GQA_AUTO with a real group (with group size 1 the two modes
+// are the same plan), else the one it names.
+std::vector<GqaMode> allowed_gqa_modes(const PlanRequest& req) {
+  if (req.gqa_mode != GqaMode::Auto) return {req.gqa_mode};
+  if (req.problem.group_size() == 1) return {GqaMode::SplitHeads};
+  return {GqaMode::SplitHeads, GqaMode::PackGroup};
+}
+
+// auto / auto-fastest, or a named planner with DASH_GQA_AUTO: the (GQA mode, planner) candidate with the lowest
+// simulated makespan.
 Plan choose_automatically(const PlanRequest& req, TileShape tiles) {
-  const bool canonical = req.schedule.kind == Schedule::Kind::Auto;
+  const bool canonical = req.schedule.kind != Schedule::Kind::AutoFastest;
+  const std::vector<GqaMode> modes = allowed_gqa_modes(req);
+  const std::vector<Planner> planners =
+      req.schedule.kind == Schedule::Kind::Planner ? std::vector<Planner>{req.schedule.planner} : all_planners();
   std::ostringstream note;
-  note << (canonical ? "auto" : "auto-fastest") << " on " << req.num_ctas << " CTAs";
+  note << (req.schedule.kind == Schedule::Kind::AutoFastest ? "auto-fastest"
+           : req.schedule.kind == Schedule::Kind::Auto      ? "auto"
+                                                             : "GQA mode auto")
+       << " on " << req.num_ctas << " CTAs";
   double best_time = std::numeric_limits<double>::infinity();
-  Planner best = Planner::Ascending;
+  Planner best = planners.front();
+  GqaMode best_mode = modes.front();
   bool found = false;
-  // auto: the summed makespan over the canonical problems; auto-fastest: the makespan of the real one.
+  // Canonical: the summed makespan over the canonical problems; auto-fastest: the makespan of the real one.
+  // When both GQA modes compete they are simulated on the same problems (the pack mode's list, whose head
+  // counts are whole KV-head groups), so their sums compare equal work.
   const CostModel cost = req.cost ? *req.cost : CostModel::for_problem(req.problem, tiles);
   const std::vector<Problem> problems =
-      canonical ? canonical_problems(req.problem, req.gqa_mode, TileGrid(req.problem, tiles), req.num_ctas)
+      canonical ? canonical_problems(req.problem, modes.back(), TileGrid(req.problem, tiles), req.num_ctas)
                 : std::vector<Problem>{req.problem};
-  for (Planner planner : all_planners()) {
-    Plan candidate = build_unvalidated(req.problem, planner, tiles, req.gqa_mode, req.num_ctas);
-    const ValidationReport report = validate_plan(candidate, req.num_ctas);
-    if (!report.ok) {
-      note << "; " << planner_name(planner) << " skipped (" << report.reason << ")";
-      continue;
-    }
-    double makespan = 0;
-    std::string deadlock;
-    for (const Problem& p : problems) {
-      Plan simulated = build_unvalidated(p, planner, tiles, req.gqa_mode, req.num_ctas);
-      simulated.header.flags |= report.waits_only_backward ? DASH_PLAN_WAITS_ONLY_BACKWARD : 0;
-      const SimResult sim = simulate(simulated, req.num_ctas, cost, SimOptions{.record_spans = false, .critical_path = false});
-      if (sim.deadlocked) deadlock = sim.deadlock_detail;
-      makespan += sim.makespan;
-    }
-    if (!deadlock.empty()) { // cannot happen for a validated plan; refuse rather than trust it
-      note << "; " << planner_name(planner) << " skipped (simulation deadlocked: " << deadlock << ")";
-      continue;
-    }
-    note << "; " << planner_name(planner) << " " << makespan;
-    if (makespan < best_time) {
-      best_time = makespan;
-      best = planner;
-      found = true;
+  for (GqaMode mode : modes) {
+    for (Planner planner : planners) {
+      const std::string name =
+          modes.size() > 1 ? std::string(gqa_mode_name(mode)) + " " + planner_name(planner) : planner_name(planner);
+      Plan candidate = build_unvalidated(req.problem, planner, tiles, mode, req.num_ctas);
+      const ValidationReport report = validate_plan(candidate, req.num_ctas);
+      if (!report.ok) {
+        note << "; " << name << " skipped (" << report.reason << ")";
+        continue;
+      }
+      double makespan = 0;
+      std::string deadlock;
+      for (const Problem& p : problems) {
+        Plan simulated = build_unvalidated(p, planner, tiles, mode, req.num_ctas);
+        simulated.header.flags |= report.waits_only_backward ? DASH_PLAN_WAITS_ONLY_BACKWARD : 0;
+        const SimResult sim =
+            simulate(simulated, req.num_ctas, cost, SimOptions{.record_spans = false, .critical_path = false});
+        if (sim.deadlocked) deadlock = sim.deadlock_detail;
+        makespan += sim.makespan;
+      }
+      if (!deadlock.empty()) { // cannot happen for a validated plan; refuse rather than trust it
+        note << "; " << name << " skipped (simulation deadlocked: " << deadlock << ")";
+        continue;
+      }
+      note << "; " << name << " " << makespan;
+      if (makespan < best_time) {
+        best_time = makespan;
+        best = planner;
+        best_mode = mode;
+        found = true;
+      }
     }
   }
   if (!found) throw Error("schedule", "no planner can run this problem: " + note.str());
   note << " (simulated makespan" << (canonical ? ", summed over one sequence with a range of head counts" : "")
-       << "); chose " << planner_name(best);
-  Plan plan = build_unvalidated(req.problem, best, tiles, req.gqa_mode, req.num_ctas);
+       << "); chose " << (modes.size() > 1 ? std::string(gqa_mode_name(best_mode)) + " " : std::string())
+       << planner_name(best);
+  Plan plan = build_unvalidated(req.problem, best, tiles, best_mode, req.num_ctas);
   finish_validation(plan, req.num_ctas);
   plan.note = note.str() + (plan.note.empty() ? "" : ". " + plan.note);
   return plan;
@@ -154,8 +180,9 @@ Plan build_plan(const PlanRequest& req) {
   if (tiles.block_m < 1) throw Error("block_m", "must be >= 1");
   if (tiles.block_n < 1) throw Error("block_n", "must be >= 1");
 
-  if (req.schedule.kind != Schedule::Kind::Planner) return choose_automatically(req, tiles);
-  Plan plan = build_unvalidated(req.problem, req.schedule.planner, tiles, req.gqa_mode, req.num_ctas);
+  const std::vector<GqaMode> modes = allowed_gqa_modes(req);
+  if (req.schedule.kind != Schedule::Kind::Planner || modes.size() > 1) return choose_automatically(req, tiles);
+  Plan plan = build_unvalidated(req.problem, req.schedule.planner, tiles, modes.front(), req.num_ctas);
   finish_validation(plan, req.num_ctas);
   return plan;
 }

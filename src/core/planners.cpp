@@ -34,7 +34,7 @@ const std::vector<Planner>& all_planners() {
 }
 
 const char* gqa_mode_name(GqaMode mode) {
-  return mode == GqaMode::PackGroup ? "pack" : "split";
+  return mode == GqaMode::PackGroup ? "pack" : mode == GqaMode::Auto ? "auto" : "split";
 }
 
 namespace {
@@ -252,6 +252,7 @@ void check_format_limits(const Problem& problem, const TileGrid& grid, int32_t h
 
 Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode,
                        int32_t num_ctas) {
+  if (gqa_mode == GqaMode::Auto) throw Error("gqa_mode", "auto is a request for build_plan, which resolves it");
   problem.validate();
   if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
   const TileGrid grid(problem, tiles);

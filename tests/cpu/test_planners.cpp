@@ -261,6 +261,52 @@ TEST(Planners, OrdersAreInvariantToBatchAndHeadCount) {
   }
 }
 
+// DASH_GQA_AUTO: the planner picks split or pack from batch-1 simulations, so the mode (and every order) is
+// the same whatever the batch or head count; the plan it returns says which mode it has.
+TEST(Planners, AutoGqaModeIsResolvedTheSameWayForEveryBatchAndHeadCount) {
+  struct Variation { int batch, heads_q, heads_kv; };
+  const std::vector<Variation> variations = {{1, 4, 1}, {8, 4, 1}, {3, 32, 8}};
+  int packs = 0, splits = 0;
+  for (auto mask : {dash::Mask::Causal}) {
+    for (int seqlen : {1024, 4096}) {
+      for (const std::string schedule : {"symmetric-shift", "auto"}) {
+        std::optional<dash::Plan> first;
+        for (auto v : variations) {
+          const auto p = make_problem(seqlen, seqlen, mask, v.heads_q, v.heads_kv, v.batch);
+          const dash::Plan plan = dash::build_plan(
+              {p, dash::Schedule::parse(schedule), 132, {}, dash::GqaMode::Auto, nullptr});
+          ASSERT_NE(plan.gqa_mode(), dash::GqaMode::Auto);
+          EXPECT_NE(plan.note.find(std::string("chose ") + dash::gqa_mode_name(plan.gqa_mode())), std::string::npos)
+              << plan.note;
+          if (!first) first = plan;
+          EXPECT_EQ(plan.gqa_mode(), first->gqa_mode()) << schedule << " seqlen " << seqlen << " batch " << v.batch;
+          EXPECT_TRUE(same_template(*first, plan)) << schedule << " seqlen " << seqlen << " batch " << v.batch
+                                                   << " heads " << v.heads_q;
+        }
+        (first->gqa_mode() == dash::GqaMode::PackGroup ? packs : splits) += 1;
+      }
+    }
+  }
+  // Not a constant rule: over these shapes the simulation picks each mode somewhere (pack at 1k, split at
+  // 4k on 132 CTAs with the H200 cost model).
+  EXPECT_GT(packs, 0);
+  EXPECT_GT(splits, 0);
+}
+
+TEST(Planners, AutoGqaModeWithoutAGroupIsSplitAndAutoIsNeverAPlanMode) {
+  const auto mha = make_problem(1024, 1024, dash::Mask::Causal, 8, 8);
+  const dash::Plan plan =
+      dash::build_plan({mha, dash::Schedule::parse("shift"), 132, {}, dash::GqaMode::Auto, nullptr});
+  EXPECT_EQ(plan.gqa_mode(), dash::GqaMode::SplitHeads);
+  EXPECT_EQ(plan.planner(), Planner::Shift);
+  try {
+    dash::build_unvalidated(mha, Planner::Shift, {}, dash::GqaMode::Auto, 132);
+    FAIL();
+  } catch (const dash::Error& e) {
+    EXPECT_EQ(e.argument(), "gqa_mode");
+  }
+}
+
 // ---- flags and serialisation ----
 
 TEST(Planners, BlobRoundTripsAndRejectsCorruption) {

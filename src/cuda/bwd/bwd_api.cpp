@@ -249,7 +249,7 @@ dash_status dash_plan_create(const dash_problem* problem, const char* schedule, 
   if (num_ctas < 0) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "num_ctas: must be >= 0 (0 = SM count), got " + std::to_string(num_ctas));
   }
-  if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP) {
+  if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP && gqa_mode != DASH_GQA_AUTO) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "gqa_mode: unknown value " + std::to_string(gqa_mode));
   }
   int device = 0;
