@@ -511,21 +511,10 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       // WAIT (wgmma): S^T's group (committed first) is complete; dP^T's may still run while P is computed.
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);  // keep the reads of S^T below the wait
-#ifdef DASH_BWD_ROW_PAIRS
-      // Registers 2j, 2j + 1 sit in adjacent columns c, c + 1 with c even (BwdWgmma.LayoutCheck): one 64-bit
-      // load of LSE2 (and of delta below) per pair.
-      CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); i += 2) {
-        const float2 lse2 = *reinterpret_cast<const float2*>(&lse2_row[get<1>(tScS0(i))]);
-        tSrS(i) = dash::sm90::exp2_approx(tSrS(i) * p.scale_log2 - lse2.x);
-        tSrS(i + 1) = dash::sm90::exp2_approx(tSrS(i + 1) * p.scale_log2 - lse2.y);
-      }
-#else
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) {
         tSrS(i) = dash::sm90::exp2_approx(tSrS(i) * p.scale_log2 - lse2_row[get<1>(tScS0(i))]);
       }
-#endif
       if (need_mask) {
         // One branch per visit (uniform across the warpgroup); the loop inside has no branches.
         const int keys_left = p.seqlen_k - key_base;                                         // masked iff r0 >= it
@@ -548,17 +537,9 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       warpgroup_wait<Config::kDvAfterDs ? 0 : 1>();
       warpgroup_fence_operand(tSrdP);
       CUTE_UNROLL
-#ifdef DASH_BWD_ROW_PAIRS
-      for (int i = 0; i < size(tSrS); i += 2) {
-        const float2 delta = *reinterpret_cast<const float2*>(&delta_row[get<1>(tScS0(i))]);
-        tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta.x));
-        tdSr(i + 1) = Element(tSrS(i + 1) * (tSrdP(i + 1) - delta.y));
-      }
-#else
       for (int i = 0; i < size(tSrS); ++i) {
         tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_row[get<1>(tScS0(i))]));
       }
-#endif
       if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dkv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
 
       // BARRIER (dS free): the other warpgroup's dQ GEMM of the previous visit read sdS; it completed
