@@ -158,6 +158,21 @@ void dash_plan_free_host(void* blob);
 dash_status dash_cpu_fwd(const dash_fwd_args* args);
 dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_t plan_bytes);
 
+/* Head dims the kernels are built for, ascending, terminated by 0, in every build (with or without CUDA).
+ * The GPU entry points and dash_cpu_fwd / dash_cpu_bwd accept exactly these. */
+const int32_t* dash_supported_head_dims(void);
+
+/* Checks from the shape alone, before any planning or allocation, that this library can run `problem`:
+ * its fields, the head dim, the mask, and every size limit of the forward kernel and, with needs_backward = 1,
+ * of the backward (plan format: 16-bit tile indices, at most 2^28 tile pairs per unit; 32-bit ticket counter;
+ * at most 65535 (batch, query head) pairs). The answer is the same on CPU and GPU and needs no device.
+ * DASH_OK, or an error whose message (dash_last_error) names the field and the limit. */
+dash_status dash_check_problem(const dash_problem* problem, int32_t needs_backward);
+
+/* Unit templates the planners have built in this process (diagnostics and tests: a refused problem must not
+ * have reached a planner). */
+int64_t dash_planner_runs(void);
+
 /* 1 if this library was built with the sm_90a kernels, else 0 (then the GPU calls return
  * DASH_ERROR_UNSUPPORTED). */
 int dash_cuda_available(void);

@@ -58,6 +58,10 @@ struct TileShape {
 // match the kernels. (Kernels check the plan's tile shape against their own and refuse a mismatch.)
 TileShape default_backward_tiles(int32_t head_dim);
 
+// Head dims the dash-attn kernels are built for, ascending. The GPU entry points and the CPU backend's C ABI
+// accept exactly these (one contract); the planner and simulator accept any head dim for studies.
+const std::vector<int32_t>& kernel_head_dims();
+
 enum class BlockKind : uint8_t { Empty, Partial, Full };
 
 // The mask seen at tile granularity. Query row i sees key j iff

@@ -81,6 +81,35 @@ struct Plan {
   static Plan from_blob(const uint8_t* data, size_t size);
 };
 
+// ---- Size limits, checked from the shape alone before any planner or simulation runs ----
+
+// Most (Q tile, KV tile) pairs one unit's plan may cover (its whole tile rectangle, times the heads of a packed
+// GQA unit): 2^28 visits of 8 bytes keep the blob's 32-bit offsets and the kernels' 32-bit visit indices safe.
+inline constexpr int64_t kMaxBlocksPerUnit = int64_t(1) << 28;
+
+struct LimitViolation {
+  std::string field;    // the problem field to change (seqlen_q, seqlen_k, heads_q, batch)
+  std::string message;  // the sizes involved and the limit they exceed
+};
+
+// The first limit of the plan format (16-bit tile indices, 8-bit heads per unit, kMaxBlocksPerUnit) or of the
+// 32-bit ticket counter that a plan of `problem` in GQA mode `mode` (not Auto) would exceed; nullopt if none.
+// Throws dash::Error for an invalid problem. Costs O(1): nothing is planned.
+std::optional<LimitViolation> plan_limit_violation(const Problem& problem, TileShape tiles, GqaMode mode,
+                                                   int32_t num_ctas);
+
+// The longest sequence (seqlen_q = seqlen_k) whose plan fits those limits at `head_dim` (its default tiles)
+// with `heads_per_unit` query heads per unit: 1,482,880 tokens at head dim 128, 2,097,152 at 64 (split heads).
+int32_t longest_plannable_seqlen(int32_t head_dim, int32_t heads_per_unit = 1);
+
+// The same as an exception (dash::Error naming the field). Mode Auto checks the split-heads plan, which auto
+// can always fall back to. build_plan and build_unvalidated call it before anything else.
+void check_plan_limits(const Problem& problem, TileShape tiles, GqaMode mode, int32_t num_ctas);
+
+// Unit templates the planners have built in this process (one per build_unvalidated call): tests use it to
+// show that a refusal came before any planning.
+int64_t planner_runs();
+
 // Builds and validates a plan. Throws dash::Error naming the argument when the request is invalid or the
 // named planner cannot run on this shape / P (only the auto schedules fall back, and record why in `note`).
 Plan build_plan(const PlanRequest& request);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "dash/dash_attn.h"
 #include "dash/plan.hpp"
@@ -52,6 +53,67 @@ void require_fp32(dash_dtype dtype) {
     throw dash::Error("dtype", "the CPU backend takes DASH_DTYPE_FP32 host tensors (convert bf16/fp16 first)");
 }
 
+std::string head_dims_text() {
+  std::string text;
+  for (int32_t d : dash::kernel_head_dims()) text += (text.empty() ? "" : ", ") + std::to_string(d);
+  return text;
+}
+
+// CTAs the limit checks assume a backward launch may use (the ticket counter's headroom): more than any
+// current GPU has SMs.
+constexpr int32_t kMaxBackwardCtas = 1024;
+
+// The checks of dash_check_problem, as exceptions naming "problem.<field>". `unsupported` is set when the call
+// is valid but this library cannot run it (head dim, mask), so the status can say so.
+void check_problem(const dash_problem& c, bool needs_backward, bool& unsupported) {
+  unsupported = false;
+  const dash::Problem p = dash::Problem::from_c(c);
+  try {
+    p.validate();
+  } catch (const dash::Error& e) {
+    throw dash::Error("problem." + e.argument(), std::string(e.what()).substr(e.argument().size() + 2));
+  }
+  const auto& dims = dash::kernel_head_dims();
+  if (std::find(dims.begin(), dims.end(), p.head_dim) == dims.end()) {
+    unsupported = true;
+    throw dash::Error("problem.head_dim", std::to_string(p.head_dim) + " is not supported (supported: " +
+                                              head_dims_text() + ")");
+  }
+  if (p.mask == dash::Mask::Window) {
+    unsupported = true;
+    throw dash::Error("problem.mask_kind", "DASH_MASK_WINDOW is not supported by the kernels (use FULL or CAUSAL)");
+  }
+  // Forward: the persistent kernel's work-tile index is 32-bit (128-row query tiles x heads x batch).
+  const int64_t forward_tiles = (int64_t(p.seqlen_q) + 127) / 128 * p.heads_q * p.batch;
+  if (forward_tiles > INT32_MAX) {
+    unsupported = true;
+    throw dash::Error("problem.batch", "batch x heads_q x 128-row query tiles = " + std::to_string(forward_tiles) +
+                                           " exceeds the forward's 32-bit work-tile index");
+  }
+  if (!needs_backward) return;
+  // Backward: the preprocess grid's y dimension holds one (batch, query head) pair each.
+  if (int64_t(p.batch) * p.heads_q > 65535) {
+    unsupported = true;
+    throw dash::Error("problem.batch", "batch x heads_q = " + std::to_string(int64_t(p.batch) * p.heads_q) +
+                                           " exceeds the backward's limit of 65535");
+  }
+  if (const auto v = dash::plan_limit_violation(p, {}, dash::GqaMode::SplitHeads, kMaxBackwardCtas)) {
+    unsupported = true;
+    throw dash::Error("problem." + v->field, v->message);
+  }
+}
+
+dash_status checked_problem(const dash_problem& c, bool needs_backward) {
+  bool unsupported = false;
+  try {
+    check_problem(c, needs_backward, unsupported);
+  } catch (const dash::Error& e) {
+    set_last_error(e.what());
+    return unsupported ? DASH_ERROR_UNSUPPORTED : DASH_ERROR_INVALID_ARGUMENT;
+  }
+  return DASH_OK;
+}
+
 float resolve_scale(float scale, int32_t head_dim) {
   if (scale == 0.f) return 1.f / std::sqrt(float(head_dim));
   if (!std::isfinite(scale) || scale < 0.f) throw dash::Error("softmax_scale", "must be finite and > 0 (or 0 for 1/sqrt(head_dim))");
@@ -87,8 +149,10 @@ dash_status dash_plan_build_host(const dash_problem* problem, const char* schedu
 void dash_plan_free_host(void* blob) { std::free(blob); }
 
 dash_status dash_cpu_fwd(const dash_fwd_args* args) {
+  if (args == nullptr) return invalid("args: is NULL");
+  // The GPU's contract: the same head dims, masks and limits (dash_check_problem).
+  if (dash_status s = checked_problem(args->problem, false); s != DASH_OK) return s;
   return guarded([&] {
-    if (args == nullptr) throw dash::Error("args", "is NULL");
     require_fp32(args->dtype);
     const dash::Problem p = dash::Problem::from_c(args->problem);
     p.validate();
@@ -100,8 +164,9 @@ dash_status dash_cpu_fwd(const dash_fwd_args* args) {
 }
 
 dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_t plan_bytes) {
+  if (args == nullptr) return invalid("args: is NULL");
+  if (dash_status s = checked_problem(args->problem, true); s != DASH_OK) return s;
   return guarded([&] {
-    if (args == nullptr) throw dash::Error("args", "is NULL");
     require_fp32(args->dtype);
     const dash::Plan plan = plan_from_blob(plan_blob, plan_bytes);
     const dash::ValidationReport report = dash::validate_plan(plan, std::max(1, plan.header.num_ctas));
@@ -117,6 +182,26 @@ dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_
     return DASH_OK;
   });
 }
+
+const int32_t* dash_supported_head_dims(void) {
+  static const std::vector<int32_t> terminated = [] {
+    std::vector<int32_t> dims = dash::kernel_head_dims();
+    dims.push_back(0);
+    return dims;
+  }();
+  return terminated.data();
+}
+
+dash_status dash_check_problem(const dash_problem* problem, int32_t needs_backward) {
+  set_last_error("");
+  if (problem == nullptr) return invalid("problem: is NULL");
+  if (needs_backward != 0 && needs_backward != 1) {
+    return invalid("needs_backward: must be 0 or 1 (got " + std::to_string(needs_backward) + ")");
+  }
+  return checked_problem(*problem, needs_backward != 0);
+}
+
+int64_t dash_planner_runs(void) { return dash::planner_runs(); }
 
 int dash_cuda_available(void) {
 #ifdef DASH_HAVE_CUDA_KERNELS

@@ -92,6 +92,11 @@ TileShape default_backward_tiles(int32_t head_dim) {
   return {64, 128};
 }
 
+const std::vector<int32_t>& kernel_head_dims() {
+  static const std::vector<int32_t> dims = {64, 128};
+  return dims;
+}
+
 TileGrid::TileGrid(const Problem& problem, TileShape tiles) : problem_(problem), tiles_(tiles) {
   if (tiles.block_m < 1) throw Error("block_m", "must be >= 1, got " + std::to_string(tiles.block_m));
   if (tiles.block_n < 1) throw Error("block_n", "must be >= 1, got " + std::to_string(tiles.block_n));

@@ -97,10 +97,11 @@ std::vector<Problem> canonical_problems(const Problem& real, GqaMode mode, const
 }
 
 // The GQA modes a request allows: both for DASH_GQA_AUTO with a real group (with group size 1 the two modes
-// are the same plan), else the one it names.
-std::vector<GqaMode> allowed_gqa_modes(const PlanRequest& req) {
+// are the same plan) whose packed plan fits the plan format's limits, else the one it names.
+std::vector<GqaMode> allowed_gqa_modes(const PlanRequest& req, TileShape tiles) {
   if (req.gqa_mode != GqaMode::Auto) return {req.gqa_mode};
   if (req.problem.group_size() == 1) return {GqaMode::SplitHeads};
+  if (plan_limit_violation(req.problem, tiles, GqaMode::PackGroup, req.num_ctas)) return {GqaMode::SplitHeads};
   return {GqaMode::SplitHeads, GqaMode::PackGroup};
 }
 
@@ -108,7 +109,7 @@ std::vector<GqaMode> allowed_gqa_modes(const PlanRequest& req) {
 // simulated makespan.
 Plan choose_automatically(const PlanRequest& req, TileShape tiles) {
   const bool canonical = req.schedule.kind != Schedule::Kind::AutoFastest;
-  const std::vector<GqaMode> modes = allowed_gqa_modes(req);
+  const std::vector<GqaMode> modes = allowed_gqa_modes(req, tiles);
   const std::vector<Planner> planners =
       req.schedule.kind == Schedule::Kind::Planner ? std::vector<Planner>{req.schedule.planner} : all_planners();
   std::ostringstream note;
@@ -179,8 +180,10 @@ Plan build_plan(const PlanRequest& req) {
   if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(req.problem.head_dim);
   if (tiles.block_m < 1) throw Error("block_m", "must be >= 1");
   if (tiles.block_n < 1) throw Error("block_n", "must be >= 1");
+  // Every size limit before any planner or simulation runs: an impossible size fails at once.
+  check_plan_limits(req.problem, tiles, req.gqa_mode, req.num_ctas);
 
-  const std::vector<GqaMode> modes = allowed_gqa_modes(req);
+  const std::vector<GqaMode> modes = allowed_gqa_modes(req, tiles);
   if (req.schedule.kind != Schedule::Kind::Planner || modes.size() > 1) return choose_automatically(req, tiles);
   Plan plan = build_unvalidated(req.problem, req.schedule.planner, tiles, modes.front(), req.num_ctas);
   finish_validation(plan, req.num_ctas);

@@ -8,6 +8,8 @@
 // arrive if all items of the unit ran side by side, one visit per step; see docs/DEADLOCK.md).
 // Nothing here depends on batch size, head count or P: a template is a function of the unit's shape.
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <numeric>
 #include <set>
 #include <string>
@@ -232,33 +234,91 @@ void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per
   plan.header.max_visits_per_item = max_visits;
 }
 
-void check_format_limits(const Problem& problem, const TileGrid& grid, int32_t heads_per_unit) {
-  if (grid.num_q_tiles() > DASH_PLAN_MAX_TILES)
-    throw Error("seqlen_q", "too many Q tiles for the plan format (" + std::to_string(grid.num_q_tiles()) +
-                                " > " + std::to_string(DASH_PLAN_MAX_TILES) + "); use a larger block_m");
-  if (grid.num_kv_tiles() > DASH_PLAN_MAX_TILES)
-    throw Error("seqlen_k", "too many KV tiles for the plan format (" + std::to_string(grid.num_kv_tiles()) +
-                                " > " + std::to_string(DASH_PLAN_MAX_TILES) + "); use a larger block_n");
-  if (heads_per_unit > DASH_PLAN_MAX_HEADS_PER_UNIT || problem.group_size() > DASH_PLAN_MAX_HEADS_PER_UNIT)
-    throw Error("heads_q", "GQA group larger than " + std::to_string(DASH_PLAN_MAX_HEADS_PER_UNIT));
-  // The blob's offsets are 32-bit: keep one unit's tables well under 4 GiB.
-  const int64_t visits = int64_t(heads_per_unit) * grid.num_q_tiles() * grid.num_kv_tiles();
-  if (visits > (int64_t(1) << 28))
-    throw Error("seqlen_q", "one unit would hold " + std::to_string(visits) +
-                                " blocks; the plan format is limited to 2^28 per unit");
-}
+std::atomic<int64_t> g_planner_runs{0};
 
 } // namespace
+
+int32_t longest_plannable_seqlen(int32_t head_dim, int32_t heads_per_unit) {
+  const TileShape tiles = default_backward_tiles(head_dim);
+  const auto fits = [&](int64_t s) {
+    const int64_t q_tiles = (s + tiles.block_m - 1) / tiles.block_m, kv_tiles = (s + tiles.block_n - 1) / tiles.block_n;
+    return q_tiles <= DASH_PLAN_MAX_TILES && kv_tiles <= DASH_PLAN_MAX_TILES &&
+           int64_t(heads_per_unit) * q_tiles * kv_tiles <= kMaxBlocksPerUnit;
+  };
+  int64_t lo = 1, hi = INT32_MAX;  // fits(lo); the answer is the largest s that fits (monotone in s)
+  if (fits(hi)) return INT32_MAX;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return int32_t(lo);
+}
+
+std::optional<LimitViolation> plan_limit_violation(const Problem& problem, TileShape tiles, GqaMode mode,
+                                                   int32_t num_ctas) {
+  problem.validate();
+  if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
+  const TileGrid grid(problem, tiles);
+  const int64_t q_tiles = grid.num_q_tiles(), kv_tiles = grid.num_kv_tiles();
+  const int64_t group = problem.group_size();
+  const int64_t heads_per_unit = mode == GqaMode::PackGroup ? group : 1;
+  const auto count = [](int64_t n) { return std::to_string(n); };
+  const std::string longest = "; the longest self-attention sequence a plan holds at head_dim " +
+                              count(problem.head_dim) + " is " +
+                              count(longest_plannable_seqlen(problem.head_dim, int32_t(heads_per_unit))) + " tokens";
+  // visit.q_tile, visit.dq_rank and dq_count are 16-bit: at most 65535 tiles on either side.
+  if (q_tiles > DASH_PLAN_MAX_TILES)
+    return LimitViolation{"seqlen_q", count(problem.seqlen_q) + " needs " + count(q_tiles) + " Q tiles of " +
+                                          count(tiles.block_m) + " rows; the plan format indexes at most " +
+                                          count(DASH_PLAN_MAX_TILES) + " (seqlen_q <= " +
+                                          count(int64_t(DASH_PLAN_MAX_TILES) * tiles.block_m) + ")" + longest};
+  if (kv_tiles > DASH_PLAN_MAX_TILES)
+    return LimitViolation{"seqlen_k", count(problem.seqlen_k) + " needs " + count(kv_tiles) + " KV tiles of " +
+                                          count(tiles.block_n) + " keys; the plan format indexes at most " +
+                                          count(DASH_PLAN_MAX_TILES) + " (seqlen_k <= " +
+                                          count(int64_t(DASH_PLAN_MAX_TILES) * tiles.block_n) + ")" + longest};
+  // visit.head_in_unit and group_head_by_rank are 8-bit.
+  if (group > DASH_PLAN_MAX_HEADS_PER_UNIT)
+    return LimitViolation{"heads_q", "a GQA group of " + count(group) + " query heads per KV head exceeds the "
+                                         "plan format's " + count(DASH_PLAN_MAX_HEADS_PER_UNIT)};
+  // One unit's visit table, bounded by its whole tile rectangle: 2^28 visits of 8 bytes keep the blob's
+  // 32-bit offsets (and the 32-bit visit indices) far from overflowing.
+  const int64_t blocks = heads_per_unit * q_tiles * kv_tiles;
+  if (blocks > kMaxBlocksPerUnit)
+    return LimitViolation{"seqlen_q", count(problem.seqlen_q) + " x seqlen_k " + count(problem.seqlen_k) +
+                                          (heads_per_unit > 1 ? " x " + count(heads_per_unit) + " heads per unit" : "") +
+                                          " gives " + count(blocks) + " tile pairs per unit; the plan format holds at "
+                                          "most 2^28 (" + count(kMaxBlocksPerUnit) + ")" + longest};
+  // Tickets are claimed from a 32-bit counter that each of the num_ctas CTAs may push one past the end; every
+  // planner makes at most one item per KV tile.
+  const int64_t units = int64_t(problem.batch) * (mode == GqaMode::PackGroup ? problem.heads_kv : problem.heads_q);
+  const int64_t max_tickets = (int64_t(1) << 31) - int64_t(std::max(num_ctas, 1)) - 1;
+  if (units * kv_tiles >= max_tickets)
+    return LimitViolation{"batch", count(problem.batch) + " x " + count(units / problem.batch) + " heads x " +
+                                       count(kv_tiles) + " KV tiles gives " + count(units * kv_tiles) +
+                                       " work items; the 32-bit ticket counter allows fewer than " + count(max_tickets)};
+  return std::nullopt;
+}
+
+void check_plan_limits(const Problem& problem, TileShape tiles, GqaMode mode, int32_t num_ctas) {
+  // auto may always fall back to split heads, so that plan must fit; pack is one more candidate.
+  const GqaMode required = mode == GqaMode::Auto ? GqaMode::SplitHeads : mode;
+  if (const auto violation = plan_limit_violation(problem, tiles, required, num_ctas))
+    throw Error(violation->field, violation->message);
+}
+
+int64_t planner_runs() { return g_planner_runs.load(std::memory_order_relaxed); }
 
 Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode,
                        int32_t num_ctas) {
   if (gqa_mode == GqaMode::Auto) throw Error("gqa_mode", "auto is a request for build_plan, which resolves it");
   problem.validate();
   if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
+  check_plan_limits(problem, tiles, gqa_mode, num_ctas);
+  g_planner_runs.fetch_add(1, std::memory_order_relaxed);
   const TileGrid grid(problem, tiles);
   const int32_t group = problem.group_size();
   const int32_t heads_per_unit = gqa_mode == GqaMode::PackGroup ? group : 1;
-  check_format_limits(problem, grid, heads_per_unit);
 
   const auto rows = rows_by_kv_tile(grid, heads_per_unit);
   TemplateDraft draft;

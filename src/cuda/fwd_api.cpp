@@ -20,13 +20,12 @@ dash_status fail(dash_status status, std::string message) {
   return status;
 }
 
-constexpr int32_t kSupportedHeadDims[] = {64, 128, 0};
 constexpr int64_t kTmaStrideAlignElems = 8;  // 16 bytes of 2-byte elements
 constexpr int64_t kMaxTmaStrideBytes = int64_t(1) << 40;
 
 std::string supported_head_dims_text() {
   std::string text;
-  for (const int32_t* d = kSupportedHeadDims; *d != 0; ++d) {
+  for (const int32_t* d = dash_supported_head_dims(); *d != 0; ++d) {
     if (!text.empty()) text += ", ";
     text += std::to_string(*d);
   }
@@ -126,7 +125,7 @@ dash_status validate(const dash_fwd_args* args, dash::cuda::FwdLaunch& launch) {
                                                  ")");
   }
   bool head_dim_supported = false;
-  for (const int32_t* d = kSupportedHeadDims; *d != 0; ++d) head_dim_supported |= (*d == p.head_dim);
+  for (const int32_t* d = dash_supported_head_dims(); *d != 0; ++d) head_dim_supported |= (*d == p.head_dim);
   if (!head_dim_supported) {
     return fail(DASH_ERROR_UNSUPPORTED, "problem.head_dim: " + std::to_string(p.head_dim) +
                                             " is not supported; supported head dims: " + supported_head_dims_text());
@@ -140,6 +139,8 @@ dash_status validate(const dash_fwd_args* args, dash::cuda::FwdLaunch& launch) {
                 "problem.mask_kind: unknown value " + std::to_string(p.mask_kind) +
                     " (expected DASH_MASK_FULL=0 or DASH_MASK_CAUSAL=1)");
   }
+  // The size limits (dash_check_problem): the same answer the bindings get before they allocate.
+  if (dash_status s = dash_check_problem(&p, 0); s != DASH_OK) return s;
   if (a.dtype != DASH_DTYPE_BF16 && a.dtype != DASH_DTYPE_FP16) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "dtype: unknown value " + std::to_string(int(a.dtype)) +
                                                  " (expected DASH_DTYPE_BF16=0 or DASH_DTYPE_FP16=1)");
@@ -213,7 +214,7 @@ dash_status dispatch_dtype(dash::cuda::FwdLaunch const& launch, std::string& err
 
 extern "C" {
 
-const int32_t* dash_fwd_supported_head_dims(void) { return kSupportedHeadDims; }
+const int32_t* dash_fwd_supported_head_dims(void) { return dash_supported_head_dims(); }
 
 size_t dash_fwd_workspace_size(const dash_fwd_args* args) {
   (void)args;  // the forward kernel keeps everything on chip and in O / LSE

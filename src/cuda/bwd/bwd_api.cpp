@@ -252,6 +252,8 @@ dash_status dash_plan_create(const dash_problem* problem, const char* schedule, 
   if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP && gqa_mode != DASH_GQA_AUTO) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "gqa_mode: unknown value " + std::to_string(gqa_mode));
   }
+  // Every size limit of the kernels and the plan format, before any planning or device work.
+  if (dash_status s = dash_check_problem(problem, 1); s != DASH_OK) return s;
   int device = 0;
   if (cudaError_t s = cudaGetDevice(&device); s != cudaSuccess) return cuda_fail("cudaGetDevice", s);
   if (num_ctas == 0) {
