@@ -3,6 +3,7 @@
 // one is an error naming it), and the problem shape options common to plan / simulate / check.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <set>
@@ -75,7 +76,9 @@ struct Shape {
   dash::GqaMode gqa = dash::GqaMode::SplitHeads;
 };
 
-inline Shape parse_shape(Args& args) {
+// `studies`: plan and simulate take --any-hdim, which lifts the restriction to the head dims the kernels are
+// built for (the planner and simulator work for any); check runs the kernels and never takes it.
+inline Shape parse_shape(Args& args, bool studies) {
   Shape s;
   dash::Problem& p = s.problem;
   p.batch = args.integer("--batch", 1);
@@ -84,6 +87,13 @@ inline Shape parse_shape(Args& args) {
   p.seqlen_q = args.integer("--seqlen", 8192);
   p.seqlen_k = args.integer("--seqlen-k", p.seqlen_q);
   p.head_dim = args.integer("--hdim", 128);
+  const auto& built = dash::kernel_head_dims();
+  if (!(studies && args.has("--any-hdim")) && std::find(built.begin(), built.end(), p.head_dim) == built.end()) {
+    std::string dims;
+    for (int32_t d : built) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    throw Error("--hdim", std::to_string(p.head_dim) + " is not a head dim the kernels are built for (" + dims + ")" +
+                              (studies ? "; pass --any-hdim to plan or simulate it anyway" : ""));
+  }
   if (auto m = args.value("--mask")) p.mask = dash::parse_mask(*m);
   if (args.has("--causal")) p.mask = dash::Mask::Causal;
   if (auto w = args.value("--window")) {

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #ifdef DASH_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -205,10 +207,35 @@ std::vector<RunHashes> check_on_gpu(const Problem& p, const std::string& schedul
 }
 #endif
 
+// Bytes of host memory this process may use: the machine's physical memory, or less where a cgroup (v2 or v1)
+// limits it. 0 when neither can be read.
+uint64_t host_memory_limit() {
+  uint64_t limit = 0;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) limit = uint64_t(pages) * uint64_t(page);
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    if (FILE* f = std::fopen(path, "r")) {
+      unsigned long long value = 0;
+      if (std::fscanf(f, "%llu", &value) == 1 && value > 0 && (limit == 0 || value < limit)) limit = value;
+      std::fclose(f);
+    }
+  }
+  return limit;
+}
+
+// Host bytes `check` allocates before running: fp32 q, k, v, dO and (CPU backend) o, dq, dk, dv plus the CPU
+// backend's fp32 dK/dV accumulators; on the GPU path the 16-bit staging copies instead. The plan blob is
+// bounded by the plan limits already checked.
+uint64_t check_host_bytes(const Problem& p, bool on_cpu) {
+  const uint64_t q = uint64_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim;
+  const uint64_t k = uint64_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim;
+  return on_cpu ? 4 * (4 * q + 6 * k) : 4 * (2 * q + 2 * k) + 2 * (q + k);
+}
+
 } // namespace
 
 int cmd_check(Args& args) {
-  const Shape s = parse_shape(args);
+  const Shape s = parse_shape(args, false);
   const int runs = args.integer("--runs", 5);
   const std::string schedule = args.value("--schedule").value_or("auto");
   Schedule::parse(schedule); // names the argument if unknown
@@ -222,6 +249,21 @@ int cmd_check(Args& args) {
       s.tiles.block_n != default_backward_tiles(s.problem.head_dim).block_n)
     throw Error("--block-m", "check runs the kernels, which use their own tile shape");
   if (s.gqa != GqaMode::SplitHeads) throw Error("--gqa", "check uses split-heads plans");
+  // Limits before work: the kernels' and the plan format's limits, then host memory, before any planning or
+  // allocation.
+  const dash_problem limits_problem = s.problem.to_c();
+  if (dash_check_problem(&limits_problem, 1) != DASH_OK) {
+    const std::string message = dash_last_error();  // "problem.<field>: ..." names the field already
+    const size_t colon = message.find(": ");
+    throw Error(message.substr(0, colon), message.substr(colon + 2));
+  }
+  const uint64_t needed = check_host_bytes(s.problem, device == "cpu"), available = host_memory_limit();
+  if (available != 0 && needed > available / 2) {
+    char text[160];
+    std::snprintf(text, sizeof text, "these tensors need %.1f GiB of host memory; this machine allows %.1f GiB "
+                  "(check refuses above half of it)", double(needed) / (1 << 30), double(available) / (1 << 30));
+    throw Error("--seqlen", text);
+  }
 
   std::string planner, where;
   std::vector<RunHashes> hashes;

@@ -46,7 +46,8 @@ shape (plan, simulate):
   --heads-kv N       KV heads, dividing --heads (default: --heads)
   --seqlen N         query length (default 8192)
   --seqlen-k N       key length (default: --seqlen)
-  --hdim N           head dim (default 128)
+  --hdim N           head dim (default 128): one the kernels are built for (64, 128)
+  --any-hdim         plan / simulate any head dim (studies; the kernels do not run it)
   --mask M           full | causal | window (default full); --causal is short for --mask causal
   --window L,R       sliding window sizes (implies --mask window; -1 = unbounded side)
   --block-m N --block-n N   tile shape (default: the kernels' tiles for --hdim)
@@ -143,7 +144,7 @@ std::string chosen_by(const Shape& s, int32_t ctas, const dash::CostModel& cost,
 }
 
 int cmd_plan(Args& args) {
-  const Shape s = parse_shape(args);
+  const Shape s = parse_shape(args, true);
   const int32_t ctas = args.integer("--ctas", 132);
   const dash::Schedule schedule = dash::Schedule::parse(args.value("--schedule").value_or("auto"));
   const int32_t items = args.integer("--items", 16, 0);
@@ -158,12 +159,14 @@ int cmd_plan(Args& args) {
 }
 
 int cmd_simulate(Args& args) {
-  const Shape s = parse_shape(args);
+  const Shape s = parse_shape(args, true);
   const int32_t ctas = args.integer("--ctas", 132);
   const CostChoice cost_choice = parse_cost(args);
   const auto svg = args.value("--svg");
   const auto svg_schedule = args.value("--svg-schedule");
   args.expect_all_used();
+  // Every size limit before any planner or simulation runs.
+  dash::check_plan_limits(s.problem, s.tiles, s.gqa, ctas);
   const dash::CostModel cost = make_cost(cost_choice, s.problem, s.tiles);
 
   std::cout << "problem  " << s.problem.describe() << "; tiles " << s.tiles.block_m << "x" << s.tiles.block_n

@@ -34,29 +34,81 @@ if torch is not None:
                   return_lse=False):
         """softmax(q k^T * scale) v for (batch, seqlen, heads, head_dim) tensors.
 
-        causal: bottom-right aligned when seqlen_q != seqlen_k (as FlashAttention).
-        deterministic: bitwise reproducible gradients (ordered dQ accumulation); False is the faster
-            non-deterministic mode. schedule: the backward plan ("auto", "ascending", "descending",
-            "shift", "symmetric-shift", "auto-fastest"). return_lse: also return the log-sum-exp
-            (batch, heads, seqlen_q), fp32, not differentiable.
+        causal: bottom-right aligned when seqlen_q != seqlen_k, as FlashAttention does (query i sees key j iff
+            j <= i + seqlen_k - seqlen_q); a query row that sees no key gets zero output, LSE -inf and zero
+            gradients. deterministic: bitwise reproducible gradients (ordered dQ accumulation); False is the
+            faster non-deterministic mode (CUDA only: the CPU backend always adds in plan order and refuses
+            False). schedule: the backward plan ("auto", "ascending", "descending", "shift",
+            "symmetric-shift", "auto-fastest"). return_lse: also return the log-sum-exp (batch, heads,
+            seqlen_q), fp32, not differentiable.
+        Size limits (plan format, index types) are checked before anything is planned or allocated.
         """
-        validate(q, k, v, causal, softmax_scale, schedule)
+        validate(q, k, v, causal, softmax_scale, schedule, deterministic)
+        return _attention(q, k, v, causal, softmax_scale, deterministic, schedule, return_lse)
+
+    def _attention(q, k, v, causal, softmax_scale, deterministic, schedule, return_lse):
         scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
-        out, lse = _torch_ops.fwd(q, k, v, causal, scale, bool(deterministic), schedule)
+        needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        out, lse = _torch_ops.fwd(q, k, v, causal, scale, bool(deterministic), schedule, needs_backward)
         return (out, lse) if return_lse else out
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                                     scale=None, enable_gqa=True, deterministic=True, schedule="auto"):
-        """Drop-in for torch.nn.functional.scaled_dot_product_attention: (batch, heads, seqlen, head_dim)."""
+                                     scale=None, enable_gqa=False, *, deterministic=True, schedule="auto"):
+        """torch.nn.functional.scaled_dot_product_attention with PyTorch's semantics, or a refusal.
+
+        query (N, ..., Hq, L, E), key / value (N, ..., H, S, E); 3-D inputs (N, L, E) have one head. Matches
+        PyTorch: is_causal aligns the mask top-left, scale defaults to 1/sqrt(E), heads must match unless
+        enable_gqa=True (default False). Refused with an error naming the argument, because dash_attn cannot
+        match PyTorch there: attn_mask, dropout_p > 0, is_causal=True with L != S (PyTorch's top-left mask;
+        dash_attn.attention(causal=True) gives FlashAttention's bottom-right one), a value head dim other than
+        E, scale <= 0. deterministic / schedule are dash_attn's (keyword only).
+        """
         if attn_mask is not None:
-            raise ValueError("dash_attn: attn_mask is not supported (use is_causal)")
+            raise ValueError("dash_attn.scaled_dot_product_attention: attn_mask is not supported (use is_causal)")
         if dropout_p != 0.0:
-            raise ValueError("dash_attn: dropout_p must be 0.0")
-        if not enable_gqa and query.shape[1] != key.shape[1]:
-            raise ValueError("dash_attn: query and key head counts differ but enable_gqa=False")
-        out = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=is_causal,
-                        softmax_scale=scale, deterministic=deterministic, schedule=schedule)
-        return out.transpose(1, 2)
+            raise ValueError(f"dash_attn.scaled_dot_product_attention: dropout_p must be 0.0, got {dropout_p}")
+        names = ("query", "key", "value")
+        for name, t in zip(names, (query, key, value)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"dash_attn.scaled_dot_product_attention: {name} must be a torch.Tensor, got "
+                                f"{type(t).__name__}")
+            if t.dim() < 3:
+                raise ValueError(f"dash_attn.scaled_dot_product_attention: {name} must have at least 3 dimensions "
+                                 f"(N, ..., L, E), got shape {tuple(t.shape)}")
+        qs, ks, vs = (tuple(t.shape) for t in (query, key, value))
+        if not (query.dim() == key.dim() == value.dim()):
+            raise ValueError(f"dash_attn.scaled_dot_product_attention: query, key and value must have the same "
+                             f"number of dimensions, got shapes {qs}, {ks}, {vs}")
+        lead = 1 if query.dim() == 3 else query.dim() - 3  # batch dims: N, or N, ... before the heads
+        if not (qs[:lead] == ks[:lead] == vs[:lead]):
+            raise ValueError(f"dash_attn.scaled_dot_product_attention: query, key and value must have the same "
+                             f"batch dimensions, got shapes {qs}, {ks}, {vs}")
+        if ks != vs:
+            raise ValueError(f"dash_attn.scaled_dot_product_attention: key shape {ks} and value shape {vs} must "
+                             "match (a value head dim other than E is not supported)")
+        heads = lambda shape: shape[-3] if len(shape) > 3 else 1
+        if heads(qs) != heads(ks) and not enable_gqa:
+            raise ValueError(f"dash_attn.scaled_dot_product_attention: query and key head counts differ (shapes "
+                             f"{qs} and {ks}); pass enable_gqa=True for grouped-query attention, as with PyTorch")
+        if is_causal and qs[-2] != ks[-2]:
+            raise ValueError(f"dash_attn.scaled_dot_product_attention: is_causal=True with L != S (query {qs}, "
+                             f"key {ks}): PyTorch aligns this mask top-left (query i sees keys j <= i), which "
+                             "dash_attn's kernels do not implement; dash_attn.attention(q, k, v, causal=True) "
+                             "aligns it bottom-right, as FlashAttention does")
+        if scale is not None and not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"dash_attn.scaled_dot_product_attention: scale must be finite and > 0, got {scale}")
+
+        # (N, ..., H, L, E) -> (batch, L, H, E): leading dims fold into the batch; 3-D inputs have one head.
+        def to_bshd(t):
+            t = t.unsqueeze(-3) if t.dim() == 3 else t.reshape(-1, *t.shape[-3:])
+            return t.transpose(1, 2)
+
+        q, k, v = (to_bshd(t) for t in (query, key, value))
+        caller_shape = {id(q): qs, id(k): ks, id(v): vs}
+        validate(q, k, v, bool(is_causal), scale, schedule, deterministic, names=("query", "key", "value"),
+                 layout="(N, ..., heads, L, E)", shown=lambda t: caller_shape[id(t)])
+        out = _attention(q, k, v, bool(is_causal), scale, deterministic, schedule, False)
+        return out.transpose(1, 2).reshape(qs)
 
     def check_determinism(q, k, v, runs=5, causal=False, deterministic=True, schedule="auto", seed=0):
         """Runs forward + backward `runs` times on the same inputs and a fixed upstream gradient; returns one

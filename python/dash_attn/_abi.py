@@ -78,6 +78,9 @@ def _declare(lib):
         "dash_cpu_fwd": (c_int, [ctypes.POINTER(FwdArgs)]),
         "dash_cpu_bwd": (c_int, [ctypes.POINTER(BwdArgs), vp, c_size]),
         "dash_cuda_available": (c_int, []),
+        "dash_supported_head_dims": (ctypes.POINTER(ctypes.c_int32), []),
+        "dash_check_problem": (c_int, [ctypes.POINTER(Problem), ctypes.c_int32]),
+        "dash_planner_runs": (ctypes.c_int64, []),
         "dash_fwd": (c_int, [ctypes.POINTER(FwdArgs), vp, c_size, vp]),
         "dash_fwd_workspace_size": (c_size, [ctypes.POINTER(FwdArgs)]),
         "dash_plan_create": (c_int, [ctypes.POINTER(Problem), ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
@@ -107,6 +110,24 @@ def check(status: int) -> None:
     """Raises DashError with the library's message when `status` is not DASH_OK."""
     if status != DASH_OK:
         raise DashError(LIB.dash_last_error().decode())
+
+
+def _read_supported_head_dims():
+    dims, ptr = [], LIB.dash_supported_head_dims()
+    while ptr[len(dims)] != 0:
+        dims.append(int(ptr[len(dims)]))
+    return tuple(dims)
+
+
+# The head dims the kernels are built for; the CPU backend accepts the same (one contract for both devices).
+SUPPORTED_HEAD_DIMS = _read_supported_head_dims()
+
+
+def check_problem(problem: Problem, needs_backward: bool) -> None:
+    """Raises ValueError naming the field and the limit when the library cannot run `problem` (head dim, mask,
+    plan-format and kernel size limits). Costs no planning and no allocation."""
+    if LIB.dash_check_problem(ctypes.byref(problem), int(bool(needs_backward))) != DASH_OK:
+        raise ValueError("dash_attn: " + LIB.dash_last_error().decode())
 
 
 class HostPlan:

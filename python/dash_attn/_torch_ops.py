@@ -20,40 +20,52 @@ _GPU_DTYPES = {torch.bfloat16: _abi.DASH_DTYPE_BF16, torch.float16: _abi.DASH_DT
 _CPU_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def validate(q, k, v, causal, softmax_scale, schedule):
-    """Raises TypeError / ValueError naming the offending argument."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
+def validate(q, k, v, causal, softmax_scale, schedule, deterministic, names=("q", "k", "v"),
+             layout="(batch, seqlen, heads, head_dim)", shown=None):
+    """Raises TypeError / ValueError naming the offending argument, the same for CPU and CUDA tensors.
+
+    `names` and `layout` are how the caller calls its tensors, and `shown(t)` the shape the caller passed
+    (wrappers such as scaled_dot_product_attention reorder dimensions before calling attention)."""
+    shape = shown or (lambda t: tuple(t.shape))
+    nq, nk, nv = names
+    for name, t in ((nq, q), (nk, k), (nv, v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"dash_attn: {name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in ((nq, q), (nk, k), (nv, v)):
         if t.dim() != 4:
-            raise ValueError(f"dash_attn: {name} must be 4-D (batch, seqlen, heads, head_dim), got shape {tuple(t.shape)}")
+            raise ValueError(f"dash_attn: {name} must be 4-D {layout}, got shape {shape(t)}")
         if t.numel() == 0:
-            raise ValueError(f"dash_attn: {name} is empty (shape {tuple(t.shape)})")
+            raise ValueError(f"dash_attn: {name} is empty (shape {shape(t)})")
         if t.stride(-1) != 1:
             raise ValueError(f"dash_attn: {name} must have a contiguous last dimension (stride 1), got stride {t.stride(-1)}")
         if t.device != q.device:
-            raise ValueError(f"dash_attn: {name} is on {t.device} but q is on {q.device}")
+            raise ValueError(f"dash_attn: {name} is on {t.device} but {nq} is on {q.device}")
         if t.dtype != q.dtype:
-            raise ValueError(f"dash_attn: {name} has dtype {t.dtype} but q has {q.dtype}")
+            raise ValueError(f"dash_attn: {name} has dtype {t.dtype} but {nq} has {q.dtype}")
     if q.is_cuda:
         if q.dtype not in _GPU_DTYPES:
-            raise ValueError(f"dash_attn: q dtype {q.dtype} is not supported on CUDA (use bfloat16 or float16)")
+            raise ValueError(f"dash_attn: {nq} dtype {q.dtype} is not supported on CUDA (use bfloat16 or float16)")
     elif q.device.type == "cpu":
         if q.dtype not in _CPU_DTYPES:
-            raise ValueError(f"dash_attn: q dtype {q.dtype} is not supported on CPU (float32, bfloat16, float16)")
+            raise ValueError(f"dash_attn: {nq} dtype {q.dtype} is not supported on CPU (float32, bfloat16, float16)")
+        if not deterministic:
+            raise ValueError("dash_attn: deterministic=False is not available on CPU: the CPU backend always adds "
+                             "in the plan's order (pass deterministic=True, or use CUDA tensors)")
     else:
         raise ValueError(f"dash_attn: device {q.device} is not supported (cuda or cpu)")
     b, sq, hq, d = q.shape
     if k.shape != v.shape:
-        raise ValueError(f"dash_attn: k shape {tuple(k.shape)} and v shape {tuple(v.shape)} differ")
+        raise ValueError(f"dash_attn: {nk} shape {shape(k)} and {nv} shape {shape(v)} differ")
     if k.shape[0] != b:
-        raise ValueError(f"dash_attn: k batch {k.shape[0]} != q batch {b}")
+        raise ValueError(f"dash_attn: {nk} shape {shape(k)} and {nq} shape {shape(q)} differ in batch")
     if k.shape[3] != d:
-        raise ValueError(f"dash_attn: k head_dim {k.shape[3]} != q head_dim {d}")
+        raise ValueError(f"dash_attn: {nk} shape {shape(k)} and {nq} shape {shape(q)} differ in head_dim")
     if hq % k.shape[2] != 0:
-        raise ValueError(f"dash_attn: q heads ({hq}) must be a multiple of k heads ({k.shape[2]})")
-    if q.is_cuda and d not in supported_head_dims():
-        raise ValueError(f"dash_attn: head_dim {d} is not supported on CUDA (supported: {supported_head_dims()})")
+        raise ValueError(f"dash_attn: {nq} heads ({hq}) must be a multiple of {nk} heads ({k.shape[2]}); shapes "
+                         f"{shape(q)} and {shape(k)}")
+    if d not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"dash_attn: head_dim {d} is not supported (supported: {SUPPORTED_HEAD_DIMS}); "
+                         f"{nq} shape {shape(q)}")
     if schedule not in SCHEDULES:
         raise ValueError(f"dash_attn: schedule {schedule!r} is unknown (expected one of {', '.join(SCHEDULES)})")
     if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale > 0):
@@ -62,18 +74,9 @@ def validate(q, k, v, causal, softmax_scale, schedule):
         raise TypeError(f"dash_attn: causal must be a bool, got {type(causal).__name__}")
 
 
-def _query_supported_head_dims():
-    if not LIB.dash_cuda_available():
-        return ()
-    LIB.dash_fwd_supported_head_dims.restype = ctypes.POINTER(ctypes.c_int32)
-    dims, ptr = [], LIB.dash_fwd_supported_head_dims()
-    while ptr[len(dims)] != 0:
-        dims.append(int(ptr[len(dims)]))
-    return tuple(dims)
-
-
-# Read once at import: validate() runs inside torch.compile'd code, where a ctypes call would break the graph.
-SUPPORTED_HEAD_DIMS = _query_supported_head_dims()
+# The kernels' head dims, which the CPU backend accepts too (read once at import: validate() runs inside
+# torch.compile'd code, where a ctypes call would break the graph).
+SUPPORTED_HEAD_DIMS = _abi.SUPPORTED_HEAD_DIMS
 
 
 def supported_head_dims():
@@ -110,9 +113,11 @@ def _device_plan(problem: _abi.Problem, schedule: str, device: torch.device) -> 
 
 @torch.library.custom_op("dash_attn::fwd", mutates_args=())
 def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: float,
-        deterministic: bool, schedule: str) -> tuple[torch.Tensor, torch.Tensor]:
-    # deterministic / schedule are carried for the backward (autograd saves them from here).
+        deterministic: bool, schedule: str, needs_backward: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    # deterministic / schedule are carried for the backward (autograd saves them from here). needs_backward: the
+    # caller will differentiate, so the backward's limits are checked now too, before anything is allocated.
     problem = _problem(q, k, causal)
+    _abi.check_problem(problem, needs_backward)
     b, sq, hq, _ = q.shape
     lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
     if q.is_cuda:
@@ -131,7 +136,7 @@ def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax
 
 
 @fwd.register_fake
-def _(q, k, v, causal, softmax_scale, deterministic, schedule):
+def _(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False):
     b, sq, hq, _ = q.shape
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((b, hq, sq), dtype=torch.float32)
 
@@ -176,7 +181,7 @@ def _(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule):
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, deterministic, schedule = inputs
+    q, k, v, causal, softmax_scale, deterministic, schedule, _needs_backward = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.causal, ctx.softmax_scale, ctx.deterministic, ctx.schedule = causal, softmax_scale, deterministic, schedule
@@ -186,7 +191,7 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, dout, _dlse):
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = bwd(dout, q, k, v, o, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic, ctx.schedule)
-    return dq, dk, dv, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)

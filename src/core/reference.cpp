@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CPU backend (see dash/reference.hpp): fp32 attention forward, and a backward that sums every
 // gradient in the order the plan promises. Blocks are recomputed where that keeps the code simple.
+// Precision: fp32 tensors and fp32 dQ / dK / dV accumulators added in the plan's order, as on the GPU; the
+// sums inside one block (dot products over the head dim, a visit's partial over its rows or keys, a row's
+// softmax) are carried in double and rounded once, so that the backend's error stays within that of fp32
+// math done by PyTorch (tests/attention_reference.py) and is dominated by the ordered fp32 adds.
 #include "dash/reference.hpp"
 
 #include <algorithm>
@@ -11,9 +15,9 @@
 namespace dash::reference {
 namespace {
 
-float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.f;
-  for (int64_t d = 0; d < n; ++d) s += a[d] * b[d];
+double dot(const float* a, const float* b, int64_t n) {
+  double s = 0.0;
+  for (int64_t d = 0; d < n; ++d) s += double(a[d]) * b[d];
   return s;
 }
 
@@ -35,7 +39,7 @@ class BackwardContext {
     for (int32_t b = 0; b < problem_.batch; ++b)
       for (int32_t h = 0; h < problem_.heads_q; ++h)
         for (int32_t i = 0; i < problem_.seqlen_q; ++i)
-          delta_[row_index(b, h, i)] = dot(d_o.at(b, i, h), o.at(b, i, h), d);
+          delta_[row_index(b, h, i)] = float(dot(d_o.at(b, i, h), o.at(b, i, h), d));
   }
 
   size_t row_index(int64_t b, int64_t h, int64_t i) const {
@@ -61,10 +65,10 @@ class BackwardContext {
       for (int64_t c = 0; c < blk.keys; ++c) {
         const int64_t j = blk.key0 + c;
         if (j < first || j > last) continue;
-        const float p = std::exp(scale_ * dot(q_.at(b, i, hq), k_.at(b, j, hk), d) - lse);
-        const float dp = dot(do_.at(b, i, hq), v_.at(b, j, hk), d);
-        blk.p[size_t(r * blk.keys + c)] = p;
-        blk.ds[size_t(r * blk.keys + c)] = p * (dp - delta_[row_index(b, hq, i)]);
+        const double p = std::exp(scale_ * dot(q_.at(b, i, hq), k_.at(b, j, hk), d) - lse);
+        const double dp = dot(do_.at(b, i, hq), v_.at(b, j, hk), d);
+        blk.p[size_t(r * blk.keys + c)] = float(p);
+        blk.ds[size_t(r * blk.keys + c)] = float(p * (dp - delta_[row_index(b, hq, i)]));
       }
     }
     return blk;
@@ -86,7 +90,7 @@ void forward(const Problem& problem, float scale, const Tensor& q, const Tensor&
   problem.validate();
   const TileGrid grid(problem, {1, 1});
   const int64_t d = problem.head_dim;
-  std::vector<float> s(size_t(problem.seqlen_k));
+  std::vector<double> s(static_cast<size_t>(problem.seqlen_k)), out_row(static_cast<size_t>(d));
   for (int32_t b = 0; b < problem.batch; ++b) {
     for (int32_t h = 0; h < problem.heads_q; ++h) {
       const int32_t hk = h / problem.group_size();
@@ -100,17 +104,18 @@ void forward(const Problem& problem, float scale, const Tensor& q, const Tensor&
           row_lse = -std::numeric_limits<float>::infinity();
           continue;
         }
-        float m = -std::numeric_limits<float>::infinity();
+        double m = -std::numeric_limits<double>::infinity();
         for (int64_t j = first; j <= last; ++j) m = std::max(m, s[size_t(j)] = scale * dot(q.at(b, i, h), k.at(b, j, hk), d));
-        float l = 0.f;
+        double l = 0.0;
+        std::fill(out_row.begin(), out_row.end(), 0.0);
         for (int64_t j = first; j <= last; ++j) {
-          const float p = std::exp(s[size_t(j)] - m);
+          const double p = std::exp(s[size_t(j)] - m);
           l += p;
           const float* vj = v.at(b, j, hk);
-          for (int64_t c = 0; c < d; ++c) out[c] += p * vj[c];
+          for (int64_t c = 0; c < d; ++c) out_row[size_t(c)] += p * vj[c];
         }
-        for (int64_t c = 0; c < d; ++c) out[c] /= l;
-        row_lse = m + std::log(l);
+        for (int64_t c = 0; c < d; ++c) out[c] = float(out_row[size_t(c)] / l);
+        row_lse = float(m + std::log(l));
       }
     }
   }
@@ -140,12 +145,15 @@ void backward(const Plan& plan, float scale, const Tensor& q, const Tensor& k, c
     }
 
   std::vector<float> seg_dk(size_t(bn * d)), seg_dv(size_t(bn * d));
+  std::vector<double> visit_dk(size_t(bn * d)), visit_dv(size_t(bn * d));
   for (int32_t unit = 0; unit < h.num_units; ++unit) {
     const dash_unit_coords uc = dash_unit_coords_of(&plan.header, plan.group_head_by_rank.data(), unit);
     auto head_of = [&](const dash_visit& vis) {
       return uc.head_q >= 0 ? uc.head_q : uc.head_kv * h.group_size + vis.head_in_unit;
     };
     for (const dash_segment& seg : plan.segments) {
+      // The segment's dK / dV in fp32, one visit's partial added after another in visit order (as the GPU's
+      // registers do); each partial (a sum over the block's rows) in double.
       std::fill(seg_dk.begin(), seg_dk.end(), 0.f);
       std::fill(seg_dv.begin(), seg_dv.end(), 0.f);
       int64_t keys = 0;
@@ -154,16 +162,22 @@ void backward(const Plan& plan, float scale, const Tensor& q, const Tensor& k, c
         const int32_t hq = head_of(vis);
         const Block blk = ctx.block(uc.batch, hq, vis.q_tile, seg.kv_tile);
         keys = blk.keys;
+        std::fill(visit_dk.begin(), visit_dk.end(), 0.0);
+        std::fill(visit_dv.begin(), visit_dv.end(), 0.0);
         for (int64_t c = 0; c < blk.keys; ++c)
           for (int64_t r = 0; r < blk.rows; ++r) {
-            const float pij = blk.p[size_t(r * blk.keys + c)], dsij = blk.ds[size_t(r * blk.keys + c)];
+            const double pij = blk.p[size_t(r * blk.keys + c)], dsij = blk.ds[size_t(r * blk.keys + c)];
             const float* qi = q.at(uc.batch, blk.row0 + r, hq);
             const float* doi = d_o.at(uc.batch, blk.row0 + r, hq);
             for (int64_t e = 0; e < d; ++e) {
-              seg_dv[size_t(c * d + e)] += pij * doi[e];
-              seg_dk[size_t(c * d + e)] += dsij * qi[e];
+              visit_dv[size_t(c * d + e)] += pij * doi[e];
+              visit_dk[size_t(c * d + e)] += dsij * qi[e];
             }
           }
+        for (size_t x = 0; x < seg_dk.size(); ++x) {
+          seg_dk[x] += float(visit_dk[x]);
+          seg_dv[x] += float(visit_dv[x]);
+        }
       }
       for (int64_t c = 0; c < keys; ++c) {
         float* dk_row = acc_row(dk_acc, uc.batch, uc.head_kv, int64_t(seg.kv_tile) * bn + c);
@@ -180,18 +194,19 @@ void backward(const Plan& plan, float scale, const Tensor& q, const Tensor& k, c
       const int32_t hq = uc.head_q >= 0 ? uc.head_q : uc.head_kv * h.group_size + head_in_unit;
       for (int32_t qt = 0; qt < h.num_q_tiles; ++qt) {
         const int64_t row0 = int64_t(qt) * bm, rows = std::min<int64_t>(p.seqlen_q, row0 + bm) - row0;
-        std::vector<float> acc(size_t(rows * d), 0.f), partial(size_t(rows * d));
+        std::vector<float> acc(size_t(rows * d), 0.f);
+        std::vector<double> partial(size_t(rows * d));
         for (auto [kv_tile, vi] : by_rank[size_t(head_in_unit) * h.num_q_tiles + qt]) {
           (void)vi;
           const Block blk = ctx.block(uc.batch, hq, qt, kv_tile);
-          std::fill(partial.begin(), partial.end(), 0.f);
+          std::fill(partial.begin(), partial.end(), 0.0);
           for (int64_t r = 0; r < rows; ++r)
             for (int64_t c = 0; c < blk.keys; ++c) {
               const float dsij = blk.ds[size_t(r * blk.keys + c)];
               const float* kj = k.at(uc.batch, blk.key0 + c, uc.head_kv);
-              for (int64_t e = 0; e < d; ++e) partial[size_t(r * d + e)] += dsij * kj[e];
+              for (int64_t e = 0; e < d; ++e) partial[size_t(r * d + e)] += double(dsij) * kj[e];
             }
-          for (size_t x = 0; x < acc.size(); ++x) acc[x] += partial[x]; // the ordered add
+          for (size_t x = 0; x < acc.size(); ++x) acc[x] += float(partial[x]); // the ordered add
         }
         for (int64_t r = 0; r < rows; ++r) {
           float* out = dq.at(uc.batch, row0 + r, hq);

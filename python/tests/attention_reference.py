@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Reference attention for the tests, and the error budget every accuracy test applies.
+
+Layout (batch, seqlen, heads, head_dim); the causal mask is aligned bottom-right (query i sees key j iff
+j <= i + seqlen_k - seqlen_q), as dash_attn.attention does; GQA repeats each KV head over its group. A query
+row that sees no key has zero output and zero gradients, computed without ever forming a NaN, so that a NaN
+in a test's result can only come from its inputs.
+
+The error budget ("error against error", FlashAttention's test rule): the kernel's largest error against the
+float64 reference may be at most twice that of the same computation done in lower precision through PyTorch,
+plus FA3's absolute term for the reference's own rounding, 2 * max|(ref + 0.3 - 0.3) - ref| in the input
+dtype. The lower-precision baselines are two, and the budget takes the larger error of:
+  * `math`: attention through PyTorch autograd in the input dtype (bf16 / fp16 on CUDA), or in fp32 for the
+    fp32 CPU backend;
+  * `flash`: the FlashAttention backward equations that every flash kernel (ours, FA2/FA3, cuDNN) evaluates,
+    in fp32: dS = P * (dP - delta) with delta = rowsum(dO * O) over the output O the forward returned.
+The second matters where the exact gradient is zero by an identity the first baseline reproduces exactly:
+when every query sees exactly one key (seqlen_k = 1), softmax has a zero Jacobian, so exact dQ and dK are 0
+and PyTorch's math gives exactly 0, while any flash-style kernel returns the fp32 rounding of dP - delta,
+about 1e-7 of the gradient's scale. Both baselines are computed from the caller's inputs the same way for
+every shape: nothing is tuned per shape.
+"""
+import torch
+
+
+def visibility(sq, sk, causal, device):
+    """(sq, sk) bool: query i sees key j (bottom-right aligned causal mask)."""
+    if not causal:
+        return torch.ones(sq, sk, dtype=torch.bool, device=device)
+    return torch.arange(sk, device=device)[None, :] <= torch.arange(sq, device=device)[:, None] + (sk - sq)
+
+
+def _expand_kv(q, k, v):
+    group = q.shape[2] // k.shape[2]
+    return k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+
+
+def attention(q, k, v, causal, scale, dtype=torch.float64, softmax_dtype=None):
+    """softmax(q k^T * scale) v computed in `dtype` (the softmax in `softmax_dtype`, default `dtype`),
+    differentiable. Rows that see no key give 0 without a NaN."""
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    k, v = _expand_kv(q, k, v)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    vis = visibility(q.shape[1], k.shape[1], causal, q.device)
+    seen = vis.any(-1)[:, None]  # (sq, 1): rows that see at least one key
+    # Masked entries are -inf; a row that sees nothing gets scores 0 (any finite value) and is zeroed after the
+    # softmax, so that neither its forward nor its backward forms inf - inf.
+    s = s.masked_fill(~vis, float("-inf")).masked_fill(~seen, 0.0)
+    p = torch.softmax(s.to(softmax_dtype or dtype), dim=-1).to(dtype) * seen.to(dtype)
+    return torch.einsum("bhqk,bkhd->bqhd", p, v)
+
+
+def log_sum_exp(q, k, causal, scale):
+    """float64 LSE (batch, heads, seqlen_q); -inf where a row sees no key."""
+    q, k = q.double(), k.double()
+    k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    return s.masked_fill(~visibility(q.shape[1], k.shape[1], causal, q.device), float("-inf")).logsumexp(-1)
+
+
+def flash_backward(q, k, v, out, dout, causal, scale, dtype=torch.float32):
+    """The FlashAttention backward equations in `dtype`, given the forward's output `out` (delta is formed from
+    it, as the kernels form it): returns (dq, dk, dv)."""
+    qf, kf, vf, of, dof = (t.to(dtype) for t in (q, k, v, out, dout))
+    group = q.shape[2] // k.shape[2]
+    ke, ve = _expand_kv(qf, kf, vf)
+    vis = visibility(q.shape[1], k.shape[1], causal, q.device)
+    s = torch.einsum("bqhd,bkhd->bhqk", qf, ke) * scale
+    s = s.masked_fill(~vis, float("-inf"))
+    lse = s.logsumexp(-1, keepdim=True)
+    p = torch.where(vis & torch.isfinite(lse), torch.exp(s - lse.nan_to_num(0.0, neginf=0.0)), torch.zeros_like(s))
+    dp = torch.einsum("bqhd,bkhd->bhqk", dof, ve)
+    delta = (dof * of).sum(-1).transpose(1, 2)[..., None]  # (b, h, q, 1)
+    ds = p * (dp - delta)
+    dq = torch.einsum("bhqk,bkhd->bqhd", ds, ke) * scale
+    dk = torch.einsum("bhqk,bqhd->bkhd", ds, qf) * scale
+    dv = torch.einsum("bhqk,bqhd->bkhd", p, dof)
+    fold = lambda t: t.unflatten(2, (k.shape[2], group)).sum(3)
+    return dq, fold(dk), fold(dv)
+
+
+def forward_backward(fn, q, k, v, dout):
+    """[out, dq, dk, dv] of fn(q, k, v) with upstream gradient dout, on fresh leaf copies of q, k, v."""
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    out = fn(q, k, v)
+    out.backward(dout)
+    return [out.detach(), q.grad, k.grad, v.grad]
+
+
+def rounding_term(exact, dtype):
+    """FA3's absolute term: 2 * max|(ref + 0.3 - 0.3) - ref| evaluated in `dtype`."""
+    r = exact.to(dtype)
+    return 2 * ((r + 0.3 - 0.3) - r).abs().max().item()
+
+
+def check_against_reference(ours, q, k, v, dout, causal, scale, low_dtype, label=""):
+    """Asserts the error budget (module docstring) on out, dq, dk, dv; returns {name: (error, budget)}.
+
+    ours: [out, dq, dk, dv] of the implementation under test; q, k, v, dout: its inputs; low_dtype: the
+    precision of the `math` baseline (the input dtype, or fp32 for the CPU backend)."""
+    exact = forward_backward(lambda q, k, v: attention(q, k, v, causal, scale), q, k, v, dout.double())
+    math_ = forward_backward(lambda q, k, v: attention(q, k, v, causal, scale, low_dtype, torch.float32),
+                             q.to(low_dtype), k.to(low_dtype), v.to(low_dtype), dout.to(low_dtype))
+    flash = [attention(q, k, v, causal, scale, torch.float32).detach(),
+             *flash_backward(q, k, v, ours[0], dout, causal, scale)]
+    report, failures = {}, []
+    for name, a, r, m, f in zip(("out", "dq", "dk", "dv"), ours, exact, math_, flash):
+        assert a.shape == r.shape, f"{label} {name}: shape {tuple(a.shape)} != {tuple(r.shape)}"
+        a64, r64 = a.double(), r.double()
+        if not torch.isfinite(a64).all():
+            failures.append(f"{name}: {int((~torch.isfinite(a64)).sum())} non-finite values")
+            continue
+        err = (a64 - r64).abs().max().item()
+        base = max((m.double() - r64).abs().max().item(), (f.double() - r64).abs().max().item())
+        budget = 2 * base + rounding_term(r64, a.dtype)
+        report[name] = (err, budget)
+        if not err <= budget:
+            failures.append(f"{name}: error {err:.3e} > budget {budget:.3e} (baselines: math "
+                            f"{(m.double() - r64).abs().max().item():.3e}, flash {(f.double() - r64).abs().max().item():.3e})")
+    assert not failures, f"{label}: " + "; ".join(failures)
+    return report
