@@ -127,7 +127,10 @@ struct OnlineSoftmax {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       float const sum = quad_sum(row_sum[r]);
-      bool const empty = !(sum > 0.f);
+      // Only a row that saw no key sums to exactly 0 (a row that saw one has a term exp2(0) = 1). A NaN sum (a
+      // NaN or Inf among the row's scores) is not empty: its O and LSE must come out NaN, as in PyTorch, and not
+      // as a row without keys, whose LSE of -inf would make the backward drop its gradients.
+      bool const empty = sum == 0.f;
       inv_sum[r] = empty ? 0.f : 1.f / sum;
       lse[r] = empty ? -INFINITY : row_max[r] * softmax_scale + logf(sum);
     }
