@@ -361,3 +361,56 @@ TEST(Planners, GeneralisationsAreRecorded) {
 }
 
 } // namespace
+
+namespace {
+
+// ---- size limits: checked from the shape, before any planner runs ----
+
+TEST(PlanLimits, AnImpossibleSizeIsRefusedBeforeAnyPlannerRuns) {
+  const int64_t runs = dash::planner_runs();
+  dash::Problem p = make_problem(10'000'000, 10'000'000, dash::Mask::Causal);
+  for (const std::string schedule : {"auto", "auto-fastest", "ascending", "shift"}) {
+    try {
+      dash::build_plan({p, dash::Schedule::parse(schedule), 132, {}, dash::GqaMode::Auto, nullptr});
+      ADD_FAILURE() << schedule << ": a plan of 10M tokens was built";
+    } catch (const dash::Error& e) {
+      EXPECT_EQ(e.argument(), "seqlen_q") << e.what();
+      EXPECT_NE(std::string(e.what()).find("longest self-attention sequence a plan holds at head_dim 128 is 1482880"),
+                std::string::npos) << e.what();
+    }
+  }
+  // Also the tile-pair limit just past the longest supported length, and the ticket limit.
+  p.seqlen_q = p.seqlen_k = dash::longest_plannable_seqlen(128) + 1;
+  EXPECT_THROW(dash::check_plan_limits(p, {}, dash::GqaMode::SplitHeads, 132), dash::Error);
+  EXPECT_EQ(dash::planner_runs(), runs) << "a planner ran before the limit check";
+  // The counter does count: a problem that fits is planned.
+  p.seqlen_q = p.seqlen_k = 1000;
+  dash::build_plan({p, dash::Schedule::parse("ascending"), 132, {}, dash::GqaMode::SplitHeads, nullptr});
+  EXPECT_GT(dash::planner_runs(), runs);
+}
+
+TEST(PlanLimits, TheLongestSupportedSequenceFitsAndOneTokenMoreDoesNot) {
+  for (int hdim : {64, 128}) {
+    const int32_t longest = dash::longest_plannable_seqlen(hdim);
+    dash::Problem p = make_problem(longest, longest, dash::Mask::Full, 1, 1, 1, hdim);
+    EXPECT_FALSE(dash::plan_limit_violation(p, {}, dash::GqaMode::SplitHeads, 132)) << hdim;
+    p.seqlen_q = p.seqlen_k = longest + 1;
+    EXPECT_TRUE(dash::plan_limit_violation(p, {}, dash::GqaMode::SplitHeads, 132)) << hdim;
+  }
+  EXPECT_EQ(dash::longest_plannable_seqlen(128), 1482880);
+  EXPECT_EQ(dash::longest_plannable_seqlen(64), 2097152);
+}
+
+TEST(PlanLimits, APackedGqaPlanThatDoesNotFitLeavesSplitHeadsToAuto) {
+  // 32 query heads per KV head multiply a packed unit's tile pairs by 32: over the limit at 1M tokens, while one
+  // query head per unit fits. Auto may then only choose split heads; a request for pack is refused.
+  const dash::Problem p = make_problem(1'000'000, 1'000'000, dash::Mask::Causal, 32, 1);
+  EXPECT_FALSE(dash::plan_limit_violation(p, {}, dash::GqaMode::SplitHeads, 132));
+  const auto pack = dash::plan_limit_violation(p, {}, dash::GqaMode::PackGroup, 132);
+  ASSERT_TRUE(pack);
+  EXPECT_NE(pack->message.find("32 heads per unit"), std::string::npos) << pack->message;
+  EXPECT_NO_THROW(dash::check_plan_limits(p, {}, dash::GqaMode::Auto, 132));
+  EXPECT_THROW(dash::check_plan_limits(p, {}, dash::GqaMode::PackGroup, 132), dash::Error);
+}
+
+}  // namespace
