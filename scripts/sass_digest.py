@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""One SHA-256 per kernel of a CUDA binary's SASS, with names taken out, so that a refactor that renames files,
+namespaces or kernels can show that the machine code did not change:
+
+    scripts/sass_digest.py build/libdash_attn.so > before.txt     # (cuobjdump from CUDA or Triton's wheel)
+    ... refactor, rebuild ...
+    scripts/sass_digest.py build/libdash_attn.so > after.txt
+    scripts/sass_digest.py --compare before.txt after.txt [--ignore REGEX]
+
+Each line: digest, instruction count, demangled-ish kernel name. --compare matches kernels by digest (names may
+differ) and lists the kernels of either side that have no twin on the other; --ignore drops kernels of the
+first file whose name matches (e.g. kernels the change deliberately removed).
+"""
+import argparse
+import glob
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+
+def find_cuobjdump():
+    for candidate in (shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump"):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    try:
+        import triton  # its wheel carries a cuobjdump
+        found = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump"))
+        if found:
+            return found[0]
+    except ImportError:
+        pass
+    sys.exit("sass_digest: no cuobjdump found (CUDA toolkit, or `pip install triton`)")
+
+
+def digests(binary):
+    text = subprocess.run([find_cuobjdump(), "-sass", binary], capture_output=True, text=True, check=True).stdout
+    kernels = {}
+    name, body = None, []
+    for line in text.splitlines():
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            if name:
+                kernels.setdefault(name, []).append(body)
+            name, body = m.group(1), []
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
+        if name and m:
+            # The instruction text; symbol names (calls, relocations) are replaced by a placeholder.
+            body.append(re.sub(r"_Z\w+", "<symbol>", m.group(1)))
+    if name:
+        kernels.setdefault(name, []).append(body)
+    rows = []
+    for name, bodies in sorted(kernels.items()):
+        for body in bodies:
+            rows.append((hashlib.sha256("\n".join(body).encode()).hexdigest()[:16], len(body), name))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--compare", action="store_true", help="compare two digest files")
+    parser.add_argument("--ignore", help="regex: kernels of the first file to leave out of the comparison")
+    args = parser.parse_args()
+    if not args.compare:
+        for binary in args.files:
+            for digest, count, name in digests(binary):
+                print(f"{digest} {count:6d} {name}")
+        return 0
+    if len(args.files) != 2:
+        sys.exit("--compare takes two digest files")
+    read = lambda path: [line.split(maxsplit=2) for line in open(path) if line.strip()]
+    before, after = read(args.files[0]), read(args.files[1])
+    if args.ignore:
+        before = [row for row in before if not re.search(args.ignore, row[2])]
+    after_digests = {row[0] for row in after}
+    before_digests = {row[0] for row in before}
+    missing = [row for row in before if row[0] not in after_digests]
+    new = [row for row in after if row[0] not in before_digests]
+    print(f"{len(before)} kernels before, {len(after)} after; {len(before) - len(missing)} of the first have an "
+          f"identical twin")
+    for row in missing:
+        print("changed or gone:", " ".join(row))
+    for row in new:
+        print("new or changed: ", " ".join(row))
+    return 1 if missing or new else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
