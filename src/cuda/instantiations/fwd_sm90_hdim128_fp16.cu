@@ -1,5 +1,0 @@
-// SPDX-License-Identifier: Apache-2.0
-// One instantiation of the Hopper forward kernel (head dim 128, fp16); one file each so they compile in parallel.
-#include "../fwd_sm90_launch.cuh"
-
-DASH_INSTANTIATE_FWD_SM90(128, DASH_DTYPE_FP16)
