@@ -7,6 +7,9 @@
 //   dash-attn simulate [shape] [--ctas P] [--svg FILE] [--svg-schedule NAME] [cost options]
 //   dash-attn grid     [--ctas P] [cost options]
 //   dash-attn check    [shape] [--runs N] [--schedule NAME] [--device cuda|cpu]
+//   dash-attn help [COMMAND], dash-attn COMMAND --help
+// Which command takes which option, and the help, come from one table (cli_args.hpp).
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,48 +31,9 @@ namespace {
 
 using dash::Error;
 using dash::cli::Args;
+using dash::cli::CommandSpec;
 using dash::cli::Shape;
 using dash::cli::parse_shape;
-
-const char* kUsage = R"(usage: dash-attn [COMMAND] [OPTIONS]
-
-commands:
-  grid       simulate every planner over the benchmark grid (the default command)
-  plan       build one plan and print it: per-item visit sequences and per-dQ-tile orders
-  simulate   compare every planner on one shape: makespan, idle %, speed-up over ascending
-  check      run the backward N times on one shape and print a SHA-256 of dQ, dK, dV per run
-  help       this text
-
-shape (plan, simulate):
-  --batch N          sequences (default 1)
-  --heads N          query heads (default 16)
-  --heads-kv N       KV heads, dividing --heads (default: --heads)
-  --seqlen N         query length (default 8192)
-  --seqlen-k N       key length (default: --seqlen)
-  --hdim N           head dim (default 128): one the kernels are built for (64, 128)
-  --any-hdim         plan / simulate any head dim (studies; the kernels do not run it)
-  --mask M           full | causal | window (default full); --causal is short for --mask causal
-  --window L,R       sliding window sizes (implies --mask window; -1 = unbounded side)
-  --block-m N --block-n N   tile shape (default: the kernels' tiles for --hdim)
-  --gqa MODE         split (one unit per query head, default) | pack (one unit per KV head) | auto (the
-                     planner picks per candidate, by simulation on batch-1 problems, as dash_attn does)
-plan / simulate:
-  --ctas P           co-resident CTAs (default 132, an H200's SMs)
-  --schedule NAME    ascending | descending | shift | symmetric-shift | auto | auto-fastest (plan, check; default auto)
-  --items N          items to print (plan; default 16)
-  --svg FILE         write a Gantt chart of one schedule (simulate; --svg-schedule picks it, default: the best)
-check:
-  --runs N           backward runs (default 5)
-  --device D         cuda (default) | cpu (the CPU backend, fp32)
-  --dtype T          bf16 (default) | fp16 (cuda)
-  --nondeterministic the unordered mode, to see it differ
-  --seed N           input seed (default 0)
-cost model (simulate, grid):
-  --cost KIND        h200 (default: uncalibrated estimate from the tile shape) | paper (c=1, r=0.25)
-  --c X --r X        compute and reduce cost per block (override)
-  --latency X        release-to-waiter signal latency
-  --overlap 0|1      reduce in a separate store warp (1) or blocking, as in the DASH paper (0)
-)";
 
 struct CostChoice {
   bool paper = false;
@@ -87,7 +51,7 @@ CostChoice parse_cost(Args& args) {
   choice.r = args.real("--r");
   choice.latency = args.real("--latency");
   if (auto v = args.value("--overlap")) {
-    if (*v != "0" && *v != "1") throw Error("--overlap", "expected 0 or 1");
+    if (*v != "0" && *v != "1") throw Error("--overlap", "expected 0 or 1, got '" + *v + "'");
     choice.overlap = (*v == "1");
   }
   return choice;
@@ -158,13 +122,28 @@ int cmd_plan(Args& args) {
   return 0;
 }
 
+// --svg-schedule NAME: one planner (the core's parse error names "schedule", which simulate does not take).
+dash::Schedule svg_planner(const std::string& name) {
+  dash::Schedule schedule;
+  try {
+    schedule = dash::Schedule::parse(name);
+  } catch (const Error& e) {
+    throw Error("--svg-schedule", std::string(e.what()).substr(e.argument().size() + 2));
+  }
+  if (schedule.kind != dash::Schedule::Kind::Planner)
+    throw Error("--svg-schedule", "name one planner (ascending, descending, shift or symmetric-shift), not " + name);
+  return schedule;
+}
+
 int cmd_simulate(Args& args) {
   const Shape s = parse_shape(args, true);
   const int32_t ctas = args.integer("--ctas", 132);
   const CostChoice cost_choice = parse_cost(args);
   const auto svg = args.value("--svg");
-  const auto svg_schedule = args.value("--svg-schedule");
+  std::optional<dash::Schedule> svg_schedule;
+  if (auto name = args.value("--svg-schedule")) svg_schedule = svg_planner(*name);
   args.expect_all_used();
+  if (svg_schedule && !svg) throw Error("--svg-schedule", "picks the schedule --svg draws; give --svg FILE too");
   // Every size limit before any planner or simulation runs.
   dash::check_plan_limits(s.problem, s.tiles, s.gqa, ctas);
   const dash::CostModel cost = make_cost(cost_choice, s.problem, s.tiles);
@@ -203,24 +182,24 @@ int cmd_simulate(Args& args) {
   if (svg) {
     const Candidate* drawn = best;
     if (svg_schedule) {
-      const dash::Schedule sched = dash::Schedule::parse(*svg_schedule);
-      if (sched.kind != dash::Schedule::Kind::Planner) throw Error("--svg-schedule", "name one planner");
       drawn = nullptr;
       for (const auto& c : candidates)
-        if (c.planner == sched.planner) drawn = c.plan ? &c : nullptr;
-      if (!drawn) throw Error("--svg-schedule", std::string(planner_name(sched.planner)) + " was rejected for this shape");
+        if (c.planner == svg_schedule->planner) drawn = c.plan ? &c : nullptr;
+      if (!drawn)
+        throw Error("--svg-schedule", std::string(planner_name(svg_schedule->planner)) + " was rejected for this shape");
     }
     if (!drawn) throw Error("--svg", "no planner could run this shape");
     std::ofstream out(*svg);
     if (!out) throw Error("--svg", "cannot write " + *svg);
-    out << dash::gantt_svg(*drawn->plan, drawn->sim, 64,
+    out << dash::gantt_svg(*drawn->plan, drawn->sim, ctas,
                            std::string(dash::planner_name(drawn->planner)) + ": " + s.problem.describe());
-    std::cout << "wrote " << *svg << " (" << dash::planner_name(drawn->planner) << ")\n";
+    std::cout << "wrote " << *svg << " (" << dash::planner_name(drawn->planner) << "; " << ctas
+              << " CTAs, one lane each)\n";
   }
   return 0;
 }
 
-// The benchmark protocol's grid (docs/benchmark-protocol.md): bf16, hidden 2048, 16k tokens per batch.
+// The benchmark protocol's grid (shared/docs/benchmark-protocol.md, outside the repo): bf16, hidden 2048, 16k tokens per batch.
 int cmd_grid(Args& args) {
   const int32_t ctas = args.integer("--ctas", 132);
   const CostChoice cost_choice = parse_cost(args);
@@ -280,9 +259,13 @@ int cmd_grid(Args& args) {
   for (const std::string name : {"ascending", "descending", "shift", "symmetric-shift", "auto"}) {
     const auto t0 = std::chrono::steady_clock::now();
     dash::PlanRequest req{largest.problem, dash::Schedule::parse(name), ctas, largest.tiles, largest.gqa, nullptr};
-    const dash::Plan plan = dash::build_plan(req);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::printf(" %s %.1f ms%s", name.c_str(), ms, name == "auto" ? "\n" : ",");
+    try {
+      dash::build_plan(req);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::printf(" %s %.1f ms%s", name.c_str(), ms, name == "auto" ? "\n" : ",");
+    } catch (const Error&) { // too few CTAs for it: the table above says so already
+      std::printf(" %s rejected%s", name.c_str(), name == "auto" ? "\n" : ",");
+    }
   }
 #ifndef DASH_HAVE_CUDA
   std::cout << "This build has no CUDA kernels (built without nvcc): simulation only.\n";
@@ -290,24 +273,108 @@ int cmd_grid(Args& args) {
   return 0;
 }
 
+// The core and the C ABI name the fields of dash::Problem, dash_problem and the plan request ("heads_kv",
+// "problem.heads_kv", "num_ctas"); the user typed flags. Every error the CLI reports passes through here.
+const std::map<std::string, std::string>& flags_of_fields() {
+  static const std::map<std::string, std::string> flags = {
+      {"batch", "--batch"},       {"heads_q", "--heads"},         {"heads_kv", "--heads-kv"},
+      {"seqlen_q", "--seqlen"},   {"seqlen_k", "--seqlen-k"},     {"head_dim", "--hdim"},
+      {"window", "--window"},     {"window_left", "--window L"}, {"window_right", "--window R"},
+      {"mask", "--mask"},         {"mask_kind", "--mask"},        {"block_m", "--block-m"},
+      {"block_n", "--block-n"},   {"num_ctas", "--ctas"},         {"schedule", "--schedule"},
+      {"gqa_mode", "--gqa"}};
+  return flags;
+}
+
+// The flag for an error's argument: "heads_kv" and "problem.heads_kv" are --heads-kv; others stay.
+std::string flag_of_argument(const std::string& argument) {
+  const std::string prefix = "problem.";
+  const bool from_c_abi = argument.rfind(prefix, 0) == 0;
+  const auto it = flags_of_fields().find(from_c_abi ? argument.substr(prefix.size()) : argument);
+  return it == flags_of_fields().end() ? argument : it->second;
+}
+
+// Field names inside a message. Only unmistakable ones: "problem.<field>", and the fields with an underscore
+// (heads_q, seqlen_k); a bare "batch", "mask" or "window" is as likely to be an English word.
+std::string flags_in_text(const std::string& text) {
+  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (!word_char(text[i]) || (i > 0 && word_char(text[i - 1]))) {
+      out += text[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < text.size() && word_char(text[end])) ++end;
+    std::string word = text.substr(i, end - i);
+    if (word == "problem" && end + 1 < text.size() && text[end] == '.' && word_char(text[end + 1])) {
+      size_t field_end = end + 1;
+      while (field_end < text.size() && word_char(text[field_end])) ++field_end;
+      const std::string field = text.substr(end + 1, field_end - end - 1);
+      if (flags_of_fields().count(field)) {
+        out += flags_of_fields().at(field);
+        i = field_end;
+        continue;
+      }
+    }
+    const auto it = flags_of_fields().find(word);
+    out += it != flags_of_fields().end() && word.find('_') != std::string::npos ? it->second : word;
+    i = end;
+  }
+  return out;
+}
+
+std::string in_cli_terms(const Error& e) {
+  const std::string message = std::string(e.what()).substr(e.argument().size() + 2);
+  return flag_of_argument(e.argument()) + ": " + flags_in_text(message);
+}
+
+int run(const CommandSpec& command, Args& args) {
+  if (command.name == "plan") return cmd_plan(args);
+  if (command.name == "simulate") return cmd_simulate(args);
+  if (command.name == "grid") return cmd_grid(args);
+  return dash::cli::cmd_check(args);
+}
+
+// `dash-attn help [COMMAND]`.
+int cmd_help(int argc, char** argv) {
+  if (argc == 0) {
+    std::cout << dash::cli::overview();
+    return 0;
+  }
+  if (argc > 1) throw Error("help", std::string("stray argument '") + argv[1] + "' (name one command)");
+  const CommandSpec* command = dash::cli::find_command(argv[0]);
+  if (!command) {
+    std::string known;
+    for (const CommandSpec& c : dash::cli::all_commands()) known += (known.empty() ? "" : ", ") + c.name;
+    throw Error("help", std::string("unknown command '") + argv[0] + "' (commands: " + known + ")");
+  }
+  std::cout << dash::cli::command_help(*command);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
-  const std::string command = argc > 1 ? argv[1] : "grid";
-  Args args(argc > 2 ? argc - 2 : 0, argv + 2);
+  const std::string name = argc > 1 ? argv[1] : "grid";
+  const int rest_count = argc > 2 ? argc - 2 : 0;
+  char** rest = argv + 2;
   try {
-    if (command == "help" || command == "--help" || command == "-h") {
-      std::cout << kUsage;
+    if (name == "help" || name == "--help" || name == "-h") return cmd_help(rest_count, rest);
+    const CommandSpec* command = dash::cli::find_command(name);
+    if (!command) {
+      std::cerr << "dash-attn: unknown command '" << name << "'\n\n" << dash::cli::overview();
+      return 2;
+    }
+    Args args(*command, rest_count, rest);
+    if (args.help_requested()) {
+      std::cout << dash::cli::command_help(*command);
       return 0;
     }
-    if (command == "plan") return cmd_plan(args);
-    if (command == "simulate") return cmd_simulate(args);
-    if (command == "grid") return cmd_grid(args);
-    if (command == "check") return dash::cli::cmd_check(args);
-    std::cerr << "dash-attn: unknown command '" << command << "'\n\n" << kUsage;
-    return 2;
+    args.check();
+    return run(*command, args);
   } catch (const Error& e) {
-    std::cerr << "dash-attn: " << e.what() << "\n";
+    std::cerr << "dash-attn: " << in_cli_terms(e) << "\n";
     return 2;
   }
 }

@@ -9,34 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "dash/cost_model.hpp"
 #include "dash/plan.hpp"
 
 namespace dash {
-
-// Times in microseconds (any unit works; the closed-form tests use c = 1, r = 0.25).
-struct CostModel {
-  double compute_full = 1.0;     // one visit of an unmasked block
-  double compute_partial = 1.0;  // one visit of a partly masked block (masking skips work: often < full)
-  double reduce = 0.25;          // one dQ tile reduce-add into the fp32 accumulator
-  double signal_latency = 0.0;   // from a release until the next-ranked waiter sees it
-  double segment_overhead = 0.0; // per segment: load K/V, write dK/dV
-  double dkv_reduce = 0.0;       // per segment in SPLIT_HEADS mode with group_size > 1: ordered dK/dV add
-  // false: the CTA does compute then reduce, one after the other (the DASH paper's model).
-  // true:  a store warp reduces while the MMA warps compute the next visit, with one staging buffer
-  //        (FA3's layout): a visit's partial is handed off only once the previous reduce has finished.
-  bool overlap_reduce = false;
-  // Overlap mode only. false (the kernels' behaviour): a CTA claims its next ticket once the last wait of
-  // its item is satisfied. true: plans with DASH_PLAN_WAITS_ONLY_BACKWARD may claim as soon as the item's
-  // computes are done — allowed by docs/DEADLOCK.md, but a CTA whose store warp still waits then holds a
-  // ticket another CTA could start, and delays convoy across heads (ascending causal: several-fold).
-  bool claim_ahead = false;
-
-  // Uncalibrated H200 estimate for a problem's tile shape (see cost_model notes in simulator.cpp).
-  static CostModel for_problem(const Problem& problem, TileShape tiles);
-  // The DASH paper's abstract model: c, r, no latency, blocking reduce.
-  static CostModel paper(double c, double r);
-  std::string describe() const;
-};
 
 // Reduce with visit == -1 is a segment's ordered dK/dV add (SPLIT_HEADS GQA). Wait spans are time a CTA is
 // held up by an order: in blocking mode, compute end -> reduce start, and dK/dV turns; in overlap mode, the
@@ -88,8 +64,9 @@ struct SimOptions {
 // Simulates the whole problem (all units) on `num_ctas` CTAs.
 SimResult simulate(const Plan& plan, int32_t num_ctas, const CostModel& cost, const SimOptions& options = {});
 
-// SVG Gantt chart: one row per CTA (the first max_ctas), compute / reduce / wait / overhead spans.
-std::string gantt_svg(const Plan& plan, const SimResult& result, int32_t max_ctas = 64,
+// SVG Gantt chart: one lane per CTA (every CTA, or the first max_ctas), compute / reduce / wait / overhead
+// spans coloured by head and batch, and the critical path (src/core/gantt_svg.cpp says how it stays legible).
+std::string gantt_svg(const Plan& plan, const SimResult& result, int32_t max_ctas = INT32_MAX,
                       const std::string& title = "");
 
 } // namespace dash
