@@ -10,7 +10,7 @@
 //
 // Per configuration: random normal inputs on the device (never zeros), O and LSE from dash_fwd (so P is the
 // real softmax); `warmup` untimed calls, then `iters` calls each bracketed by its own CUDA events; median,
-// min, max. FLOPs = 2.5 * 4 * B * H * Sq * Sk * D, halved for causal with Sq == Sk. Bitwise: the gradients of
+// min, max. FLOPs: dash_attention_flops (the protocol's one definition). Bitwise: the gradients of
 // 3 further runs are hashed and compared. Each row also carries the simulator's makespan for the same plan
 // (dash::simulate with CostModel::for_problem) so the ranking can be calibrated.
 // --config: one configuration instead of the grid (profiling, A/B runs). --schedules: which rows to run, from
@@ -212,8 +212,7 @@ int main(int argc, char** argv) {
     a.dq = tensor(bf.dq, c.seqlen, c.heads_q, c.head_dim);
     a.dk = tensor(bf.dk, c.seqlen, c.heads_kv, c.head_dim);
     a.dv = tensor(bf.dv, c.seqlen, c.heads_kv, c.head_dim);
-    const double flops = 2.5 * 4.0 * c.batch * c.heads_q * double(c.seqlen) * c.seqlen * c.head_dim *
-                         (c.causal ? 0.5 : 1.0);
+    const double flops = dash_attention_flops(&p, 1);  // the protocol's count (dash/dash_attn.h)
     char config_name[128];
     std::snprintf(config_name, sizeof config_name, "b%d_s%d_hq%d_hkv%d_d%d_%s", c.batch, c.seqlen, c.heads_q,
                   c.heads_kv, c.head_dim, c.causal ? "causal" : "full");

@@ -14,6 +14,8 @@ import torch._dynamo  # here, not in main(): an import inside main() would make 
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from dash_attn import _abi  # the protocol's FLOP count (PYTHONPATH=python, built library)
+
 
 def time_backward(fn_forward, inputs, dout, warmup=3, iters=10):
     """Times the backward only: a fresh forward before each call (untimed), since a compiled backward
@@ -58,7 +60,7 @@ def main():
             k = torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             v = torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             dout = torch.randn(b, hq, s, d, device="cuda", dtype=torch.bfloat16)
-            flops = 2.5 * 4 * b * hq * s * s * d * (0.5 if causal else 1.0)
+            flops = _abi.attention_flops(_abi.make_problem(b, hq, hkv, s, s, d, causal), backward=True)
             name = f"b{b}_s{s}_hq{hq}_hkv{hkv}_d{d}_{'causal' if causal else 'full'}"
             variants = []
             for det in (False, True):

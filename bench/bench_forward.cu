@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_forward.cu — dash-bench-fwd: times the attention forward (through the C ABI) on the grid of
-// docs benchmark-protocol.md and writes one JSON line per configuration, plus a table on stdout.
+// shared/docs/benchmark-protocol.md and writes one JSON line per configuration, plus a table on stdout.
 //
 //   dash-bench-fwd --out forward.jsonl --commit abc1234 [--warmup 3] [--iters 20] [--dtype bf16|fp16]
 //                  [--variant NAME] [--only-hdim 64|128] [--cooldown-ms 500]
@@ -8,8 +8,8 @@
 // Per configuration: random normal inputs (never zeros) generated on the device, every input set far larger
 // than L2 at 16,384 tokens; `warmup` untimed calls, then `iters` calls each bracketed by its own pair of CUDA
 // events; median, min and max of those. A pause between configurations (--cooldown-ms) keeps the power
-// and thermal state of one configuration from leaking into the next (as FlashAttention's benchmark does). FLOPs = 4 * B * H * Sq * Sk * D, halved for causal with Sq == Sk
-// (the convention of FA3 and h200-anchors.md). After timing, O is scanned for non-finite values.
+// and thermal state of one configuration from leaking into the next (as FlashAttention's benchmark does). FLOPs: dash_attention_flops (the protocol's one definition)
+// (the convention of FA3 and shared/docs/h200-anchors.md). After timing, O is scanned for non-finite values.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -89,9 +89,17 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// The protocol's count (dash_attention_flops, dash/dash_attn.h).
 double flops_of(const Config& c) {
-  double const full = 4.0 * c.batch * c.heads_q * double(c.seqlen) * double(c.seqlen) * c.head_dim;
-  return c.mask == DASH_MASK_CAUSAL ? full / 2 : full;
+  dash_problem p{};
+  p.batch = c.batch;
+  p.heads_q = c.heads_q;
+  p.heads_kv = c.heads_kv;
+  p.seqlen_q = p.seqlen_k = c.seqlen;
+  p.head_dim = c.head_dim;
+  p.mask_kind = c.mask;
+  p.window_left = p.window_right = -1;
+  return dash_attention_flops(&p, 0);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Backward (and forward) of dash_attn next to PyTorch's own attention on the same GPU, in one process,
-following docs/benchmark-protocol.md: bf16, hidden 2048, 16384 tokens per batch, full and causal, plus the
+following shared/docs/benchmark-protocol.md (outside the repo): bf16, hidden 2048, 16384 tokens per batch, full and causal, plus the
 Llama-3-8B GQA rows. Writes JSON lines (one per config x implementation) and prints a table.
 
     python3 bench/compare_torch.py --out results.jsonl [--quick] [--commit SHA]
@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from dash_attn import _abi  # the protocol's FLOP count (PYTHONPATH=python, built library)
+
 import dash_attn
 
 GRID = [(hd, s, causal) for hd in (64, 128) for causal in (False, True) for s in (512, 1024, 2048, 4096, 8192, 16384)]
@@ -22,8 +24,8 @@ GQA_ROWS = [(128, 4096, True, 32, 8), (128, 8192, True, 32, 8)]
 
 
 def flops(b, h, sq, sk, d, causal):
-    f = 4 * b * h * sq * sk * d
-    return f / 2 if causal else f
+    """Forward FLOPs, the protocol's one definition (dash_attention_flops)."""
+    return _abi.attention_flops(_abi.make_problem(b, h, h, sq, sk, d, causal), backward=False)
 
 
 def time_ms(fn, warmup=3, reps=10):

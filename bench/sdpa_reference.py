@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""sdpa_reference.py — PyTorch SDPA forward timings on the grid of benchmark-protocol.md, as external
+"""sdpa_reference.py — PyTorch SDPA forward timings on the grid of shared/docs/benchmark-protocol.md, as external
 references printed next to dash-bench-fwd (a comparison is valid only within one device call).
 
     python3 bench/sdpa_reference.py --out sdpa.jsonl --commit abc1234
 
 Backends: FLASH_ATTENTION (FA2 inside PyTorch) and CUDNN_ATTENTION. Inputs (batch, heads, seqlen, head_dim)
 bf16, random normal; a pause before each configuration; CUDA events, 3 warm-ups, median / min / max of --iters timed calls, each call timed alone.
-FLOPs as in bench_forward.cu: 4*B*H*S*S*D, halved for causal.
+FLOPs: dash_attention_flops (the protocol's one definition, as in bench_forward.cu).
 """
 import argparse
 import json
@@ -16,6 +16,8 @@ import time
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
+
+from dash_attn import _abi  # the protocol's FLOP count (PYTHONPATH=python, built library)
 
 
 def grid():
@@ -54,7 +56,8 @@ def main():
         for batch, heads, seqlen, head_dim, causal in grid():
             q, k, v = (torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=torch.bfloat16)
                        for _ in range(3))
-            flops = 4.0 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
+            flops = _abi.attention_flops(_abi.make_problem(batch, heads, heads, seqlen, seqlen, head_dim, causal),
+                                         backward=False)
             for name, backend in backends.items():
                 torch.cuda.synchronize()
                 time.sleep(args.cooldown_ms / 1000)

@@ -2,31 +2,28 @@
 # SPDX-License-Identifier: Apache-2.0
 # gpu_check.sh — the one command for the forward kernel on an H200, run from the repository root:
 #
-#   scripts/gpu_check.sh COMMIT [--sdpa] [--variants] [--repeat]
+#   scripts/gpu_check.sh COMMIT [--sdpa] [--repeat]
 #
 # Configures the project's CMake tree and builds the forward targets (library, GPU tests, benchmark) with ninja -j16,
 # runs the GPU tests, compute-sanitizer memcheck on the "Small" cases, and the forward benchmark; with --sdpa
-# also PyTorch SDPA (flash, cuDNN) timings in the same call, with --variants the benchmark of extra builds
-# with other tile widths / pipeline depths, with --repeat the bf16 benchmark a second time (run-to-run
-# spread, rows tagged variant "default-repeat" in variants.jsonl). Outputs go to $OUT (the device tool's folder) or ./out:
+# also PyTorch SDPA (flash, cuDNN) timings in the same call, with --repeat the bf16 benchmark a second time
+# (run-to-run spread, rows tagged variant "default-repeat" in variants.jsonl). Tile experiments edit the head
+# dim's row of include/dash/kernel_table.hpp. Outputs go to $OUT (the device tool's folder) or ./out:
 #   env.txt build.log tests.log memcheck.log bench.log forward.jsonl [sdpa.jsonl] [variants.jsonl]
-# (--variants: the list `variants` below, one "name:defines:head_dim" each.)
 # Every step has a timeout, so a hung kernel costs minutes, not the whole call. Needs the CuTe headers in
 # .deps/cutlass (scripts/bootstrap.sh) and GoogleTest: the system's, or a source tree in .carry/googletest
 # (`mkdir -p .carry && cp -r /usr/src/googletest .carry/` on a machine with Debian's libgtest-dev). Through
 # the device tool: run `scripts/gpu_check.sh $(git rev-parse --short HEAD) --sdpa` with
 # carry [".deps/cutlass/cutlass_library/source/include", ".carry/googletest"].
 set -uo pipefail
-commit=${1:?usage: scripts/gpu_check.sh COMMIT [--sdpa] [--variants] [--repeat]}
+commit=${1:?usage: scripts/gpu_check.sh COMMIT [--sdpa] [--repeat]}
 shift
 run_sdpa=0
-run_variants=0
 run_repeat=0
 for arg in "$@"; do
   case $arg in
     --sdpa) run_sdpa=1 ;;
     --repeat) run_repeat=1 ;;
-    --variants) run_variants=1 ;;
     *) echo "unknown option $arg" >&2; exit 1 ;;
   esac
 done
@@ -38,10 +35,9 @@ build=/tmp/dash-gpu-build
 summary=""
 note() { summary+="$1"$'\n'; echo "== $1"; }
 
-configure_and_build() {  # dir, extra tuning defines, targets...
-  local dir=$1 defines=$2; shift 2
-  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DDASH_CUTLASS_INCLUDE_DIR="$cutlass" -DDASH_FWD_TUNING_DEFINES="$defines" >/dev/null &&
+configure_and_build() {  # dir, targets...
+  local dir=$1; shift
+  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDASH_CUTLASS_INCLUDE_DIR="$cutlass" >/dev/null &&
     ninja -C "$dir" -j16 "$@"
 }
 
@@ -50,7 +46,7 @@ configure_and_build() {  # dir, extra tuning defines, targets...
 
 start=$SECONDS
 # Only the forward targets (the backward's have scripts/gpu_bwd_check.sh).
-if configure_and_build "$build" "" dash_attn dash_gpu_tests dash-bench-fwd >"$out/build.log" 2>&1; then
+if configure_and_build "$build" dash_attn dash_gpu_tests dash-bench-fwd >"$out/build.log" 2>&1; then
   note "build: ok in $((SECONDS - start)) s (16 jobs)"
 else
   note "build: FAILED (see build.log)"; tail -40 "$out/build.log"; exit 1
@@ -95,38 +91,6 @@ if [ $run_repeat = 1 ]; then
   timeout 90 "$bench" --out "$out/variants.jsonl" --commit "$commit" --variant default-repeat --dtype bf16 \
     >>"$out/bench.log" 2>&1
   note "bench repeat: exit $? in $((SECONDS - start)) s"
-fi
-
-# Tuning variants: extra builds with other compile-time settings (fwd_sm90_config.cuh), built in parallel,
-# each checked on its head dim's tests and benchmarked. Edit the list for the experiment at hand.
-variants=(
-  "poly8-d64:DASH_FWD_EXP2_POLY_EVERY_HDIM64=8:64"
-  "poly4-d64:DASH_FWD_EXP2_POLY_EVERY_HDIM64=4:64"
-  "poly8-stages3-d64:DASH_FWD_EXP2_POLY_EVERY_HDIM64=8;DASH_FWD_STAGES_HDIM64=3:64"
-)
-if [ $run_variants = 1 ] && [ $SECONDS -lt 400 ]; then
-  start=$SECONDS
-  for spec in "${variants[@]}"; do
-    IFS=: read -r name defines hdim <<<"$spec"
-    configure_and_build "/tmp/dash-gpu-build-$name" "$defines" dash-bench-fwd dash_gpu_tests \
-      >"/tmp/variant-$name.log" 2>&1 &
-  done
-  wait
-  note "variant builds: $((SECONDS - start)) s"
-  for spec in "${variants[@]}"; do
-    IFS=: read -r name defines hdim <<<"$spec"
-    dir=/tmp/dash-gpu-build-$name
-    cat "/tmp/variant-$name.log" >>"$out/build.log"
-    if [ ! -x "$dir/bench/dash-bench-fwd" ]; then note "variant $name: build FAILED"; continue; fi
-    timeout 120 "$dir/tests/gpu/dash_gpu_tests" --gtest_filter="*_d${hdim}_*:*Persistent*" >"/tmp/variant-$name-tests.log" 2>&1
-    trc=$?
-    echo "---- variant $name ($defines) ----" >>"$out/bench.log"
-    timeout 60 "$dir/bench/dash-bench-fwd" --out "$out/variants.jsonl" --commit "$commit" --variant "$name" \
-      --dtype bf16 --only-hdim "$hdim" >>"$out/bench.log" 2>&1
-    brc=$?
-    note "variant $name: tests exit $trc ($(grep -E '^\[  (PASSED|FAILED) ' "/tmp/variant-$name-tests.log" | tr '\n' ' ')), bench exit $brc"
-    grep -E "^\[  FAILED  \]|Failure|worst" "/tmp/variant-$name-tests.log" | head -5
-  done
 fi
 
 echo

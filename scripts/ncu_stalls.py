@@ -3,7 +3,7 @@
 """Summarise the warp-stall samples of one kernel profile from scripts/gpu_profile_bwd.sh (the source.csv
 inside ncu-<tag>.tar.gz): stall reasons and opcodes of the MMA warps' code, and its hottest instructions.
 The MMA warps' code is taken as the SASS range around the wgmma instructions (HGMMA), which excludes the
-producer's and the store warps' loops. docs/kernel-notes-bwd-wgmma.md quotes its output.
+producer's and the store warps' loops. docs/history/kernel-notes-bwd-wgmma.md quotes its output.
 
   scripts/ncu_stalls.py source.csv [--top 12]
 """

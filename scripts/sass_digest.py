@@ -73,7 +73,7 @@ def main():
         return 0
     if len(args.files) != 2:
         sys.exit("--compare takes two digest files")
-    read = lambda path: [line.split(maxsplit=2) for line in open(path) if line.strip()]
+    read = lambda path: [line.split(maxsplit=2) for line in open(path).read().splitlines() if line.strip()]
     before, after = read(args.files[0]), read(args.files[1])
     if args.ignore:
         before = [row for row in before if not re.search(args.ignore, row[2])]

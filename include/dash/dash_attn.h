@@ -158,6 +158,10 @@ void dash_plan_free_host(void* blob);
 dash_status dash_cpu_fwd(const dash_fwd_args* args);
 dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_t plan_bytes);
 
+/* The schedule names dash_plan_create and dash_plan_build_host accept ("auto", "auto-fastest", then every
+ * planner's), terminated by NULL. Bindings list these instead of spelling them again. */
+const char* const* dash_schedule_names(void);
+
 /* Head dims the kernels are built for, ascending, terminated by 0, in every build (with or without CUDA).
  * The GPU entry points and dash_cpu_fwd / dash_cpu_bwd accept exactly these. */
 const int32_t* dash_supported_head_dims(void);
@@ -168,6 +172,12 @@ const int32_t* dash_supported_head_dims(void);
  * at most 65535 (batch, query head) pairs). The answer is the same on CPU and GPU and needs no device.
  * DASH_OK, or an error whose message (dash_last_error) names the field and the limit. */
 dash_status dash_check_problem(const dash_problem* problem, int32_t needs_backward);
+
+/* FLOPs of the forward (backward = 0) or backward (backward = 1) pass over `problem`, as every dash-attn
+ * benchmark counts them (dash::attention_flops): 4 * head_dim per (query, key) pair per (batch, query head),
+ * counting all pairs for the full mask, exactly half for causal with seqlen_q = seqlen_k, and the unmasked pairs
+ * exactly otherwise; the backward is 2.5 x the forward. 0 for an invalid problem (dash_last_error says why). */
+double dash_attention_flops(const dash_problem* problem, int32_t backward);
 
 /* Unit templates the planners have built in this process (diagnostics and tests: a refused problem must not
  * have reached a planner). */

@@ -58,8 +58,16 @@ struct TileShape {
 // match the kernels. (Kernels check the plan's tile shape against their own and refuse a mismatch.)
 TileShape default_backward_tiles(int32_t head_dim);
 
-// Head dims the dash-attn kernels are built for, ascending. The GPU entry points and the CPU backend's C ABI
-// accept exactly these (one contract); the planner and simulator accept any head dim for studies.
+// FLOPs of one attention pass over `p`, the one definition every benchmark uses (shared/docs/benchmark-protocol.md): the
+// forward does 4 * head_dim FLOPs per (query, key) pair per (batch, query head), counting Nq * Nk pairs for the
+// full mask, exactly half of that for causal with Nq = Nk (the convention of FA3, the DASH paper and the
+// anchors, so figures compare), and the unmasked pairs exactly otherwise (causal with Nq != Nk, windows); the
+// backward is 2.5 x the forward.
+enum class Pass { Forward, Backward };
+double attention_flops(const Problem& p, Pass pass);
+
+// Head dims the dash-attn kernels are built for (the rows of dash/kernel_table.hpp). The GPU entry points and
+// the CPU backend's C ABI accept exactly these (one contract); the planner and simulator take any head dim.
 const std::vector<int32_t>& kernel_head_dims();
 
 enum class BlockKind : uint8_t { Empty, Partial, Full };

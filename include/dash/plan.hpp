@@ -2,7 +2,7 @@
 // dash/plan.hpp — building, validating and (de)serialising backward plans. Host code only; no CUDA.
 //
 //   dash::PlanRequest req{problem};           // shape, mask, GQA
-//   req.schedule = "symmetric-shift";         // or ascending / descending / shift / auto / auto-fastest
+//   req.schedule = dash::Schedule::parse("symmetric-shift");  // or ascending / descending / shift / auto / ...
 //   req.num_ctas = 132;                       // co-resident CTAs the kernel will launch
 //   dash::Plan plan = dash::build_plan(req);  // validated; throws dash::Error with the reason
 //   std::vector<uint8_t> blob = plan.to_blob();  // the bytes described by dash/plan_format.h

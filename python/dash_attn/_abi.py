@@ -81,6 +81,8 @@ def _declare(lib):
         "dash_supported_head_dims": (ctypes.POINTER(ctypes.c_int32), []),
         "dash_check_problem": (c_int, [ctypes.POINTER(Problem), ctypes.c_int32]),
         "dash_planner_runs": (ctypes.c_int64, []),
+        "dash_schedule_names": (ctypes.POINTER(ctypes.c_char_p), []),
+        "dash_attention_flops": (ctypes.c_double, [ctypes.POINTER(Problem), ctypes.c_int32]),
         "dash_fwd": (c_int, [ctypes.POINTER(FwdArgs), vp, c_size, vp]),
         "dash_fwd_workspace_size": (c_size, [ctypes.POINTER(FwdArgs)]),
         "dash_plan_create": (c_int, [ctypes.POINTER(Problem), ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
@@ -121,6 +123,31 @@ def _read_supported_head_dims():
 
 # The head dims the kernels are built for; the CPU backend accepts the same (one contract for both devices).
 SUPPORTED_HEAD_DIMS = _read_supported_head_dims()
+
+
+def _read_schedule_names():
+    names, ptr = [], LIB.dash_schedule_names()
+    while ptr[len(names)] is not None:
+        names.append(ptr[len(names)].decode())
+    return tuple(names)
+
+
+# The schedule names the library accepts ("auto", "auto-fastest", then every planner's), from the library.
+SCHEDULES = _read_schedule_names()
+
+
+def make_problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal) -> Problem:
+    return Problem(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                   head_dim=head_dim, mask_kind=DASH_MASK_CAUSAL if causal else DASH_MASK_FULL, window_left=-1,
+                   window_right=-1, reserved=0)
+
+
+def attention_flops(problem: Problem, backward: bool) -> float:
+    """FLOPs of one pass as every dash-attn benchmark counts them (dash_attention_flops in dash/dash_attn.h)."""
+    flops = LIB.dash_attention_flops(ctypes.byref(problem), int(bool(backward)))
+    if flops == 0:
+        raise ValueError("dash_attn: " + LIB.dash_last_error().decode())
+    return flops
 
 
 def check_problem(problem: Problem, needs_backward: bool) -> None:

@@ -12,7 +12,7 @@ import torch
 from . import _abi
 from ._abi import LIB, check
 
-SCHEDULES = ("auto", "auto-fastest", "ascending", "descending", "shift", "symmetric-shift")
+SCHEDULES = _abi.SCHEDULES  # from the library (dash_schedule_names)
 # Plans for CPU tensors are built for an H200's 132 SMs, so a CPU run follows the orders the GPU would use.
 CPU_PLAN_CTAS = 132
 
@@ -85,9 +85,7 @@ def supported_head_dims():
 
 def _problem(q, k, causal) -> _abi.Problem:
     b, sq, hq, d = q.shape
-    return _abi.Problem(batch=b, heads_q=hq, heads_kv=k.shape[2], seqlen_q=sq, seqlen_k=k.shape[1], head_dim=d,
-                        mask_kind=_abi.DASH_MASK_CAUSAL if causal else _abi.DASH_MASK_FULL, window_left=-1,
-                        window_right=-1, reserved=0)
+    return _abi.make_problem(b, hq, k.shape[2], sq, k.shape[1], d, causal)
 
 
 def _tensor(t) -> _abi.Tensor:

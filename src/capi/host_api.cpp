@@ -183,6 +183,16 @@ dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_
   });
 }
 
+const char* const* dash_schedule_names(void) {
+  static const std::vector<const char*> names = [] {
+    std::vector<const char*> n = {"auto", "auto-fastest"};
+    for (dash::Planner p : dash::all_planners()) n.push_back(dash::planner_name(p));
+    n.push_back(nullptr);
+    return n;
+  }();
+  return names.data();
+}
+
 const int32_t* dash_supported_head_dims(void) {
   static const std::vector<int32_t> terminated = [] {
     std::vector<int32_t> dims = dash::kernel_head_dims();
@@ -202,6 +212,18 @@ dash_status dash_check_problem(const dash_problem* problem, int32_t needs_backwa
 }
 
 int64_t dash_planner_runs(void) { return dash::planner_runs(); }
+
+double dash_attention_flops(const dash_problem* problem, int32_t backward) {
+  double flops = 0;
+  const dash_status status = guarded([&] {
+    if (problem == nullptr) throw dash::Error("problem", "is NULL");
+    const dash::Problem p = dash::Problem::from_c(*problem);
+    p.validate();
+    flops = dash::attention_flops(p, backward ? dash::Pass::Backward : dash::Pass::Forward);
+    return DASH_OK;
+  });
+  return status == DASH_OK ? flops : 0.0;
+}
 
 int dash_cuda_available(void) {
 #ifdef DASH_HAVE_CUDA_KERNELS

@@ -2,6 +2,9 @@
 // Problem validation and the mask's tile geometry (see dash/geometry.hpp).
 #include "dash/geometry.hpp"
 
+#include "dash/attention_mask.hpp"
+#include "dash/kernel_table.hpp"
+
 #include <algorithm>
 #include <sstream>
 
@@ -86,15 +89,34 @@ const char* mask_name(Mask mask) {
 }
 
 TileShape default_backward_tiles(int32_t head_dim) {
-  // Q tiles of 128 rows fit the register budget at hdim <= 64; at larger head dims the dK/dV accumulators
-  // (2 x 128 x hdim fp32 held by 2 warpgroups) leave room for 64-row Q tiles only (as in FA3's sm90 table).
+  // The kernels' tiles (dash/kernel_table.hpp). Head dims without kernels (planner and simulator studies) get
+  // the table's rule: 128-row Q tiles up to head dim 64, 64-row ones above.
+  const KernelTableRow row = kernel_table_row(head_dim);
+  if (row.head_dim != 0) return {row.bwd_block_m, row.bwd_block_n};
   if (head_dim <= 64) return {128, 128};
   return {64, 128};
 }
 
 const std::vector<int32_t>& kernel_head_dims() {
-  static const std::vector<int32_t> dims = {64, 128};
+  static const std::vector<int32_t> dims = [] {
+    std::vector<int32_t> d;
+    for (const KernelTableRow& row : kKernelTable) d.push_back(row.head_dim);
+    return d;
+  }();
   return dims;
+}
+
+double attention_flops(const Problem& p, Pass pass) {
+  double pairs = 0;
+  if (p.mask == Mask::Full) {
+    pairs = double(p.seqlen_q) * double(p.seqlen_k);
+  } else if (p.mask == Mask::Causal && p.seqlen_q == p.seqlen_k) {
+    pairs = 0.5 * double(p.seqlen_q) * double(p.seqlen_k);
+  } else {
+    pairs = double(TileGrid(p, {1, 1}).total_unmasked_pairs());
+  }
+  const double forward = 4.0 * p.batch * p.heads_q * p.head_dim * pairs;
+  return pass == Pass::Backward ? 2.5 * forward : forward;
 }
 
 TileGrid::TileGrid(const Problem& problem, TileShape tiles) : problem_(problem), tiles_(tiles) {
@@ -104,34 +126,22 @@ TileGrid::TileGrid(const Problem& problem, TileShape tiles) : problem_(problem),
   num_kv_tiles_ = (problem.seqlen_k + tiles.block_n - 1) / tiles.block_n;
 }
 
-// Bounds of the band of keys a query row sees, before clipping to [0, seqlen_k).
+// The band of keys a query row sees (dash/attention_mask.hpp), in 64-bit arithmetic for the tile bounds.
 namespace {
 struct Band {
   bool left_bounded, right_bounded;
   int64_t left, right, offset;
 };
 Band band_of(const Problem& p) {
-  Band b{};
-  b.offset = int64_t(p.seqlen_k) - p.seqlen_q; // bottom-right alignment
-  switch (p.mask) {
-    case Mask::Full: b.left_bounded = b.right_bounded = false; break;
-    case Mask::Causal: b.left_bounded = false; b.right_bounded = true; b.right = 0; break;
-    case Mask::Window:
-      b.left_bounded = p.window_left >= 0;
-      b.right_bounded = p.window_right >= 0;
-      b.left = p.window_left;
-      b.right = p.window_right;
-      break;
-  }
-  return b;
+  const AttentionMask m = AttentionMask::of(p.to_c());
+  return {m.left_bounded(), m.right_bounded(), m.left(), m.right(), m.diagonal_offset()};
 }
 } // namespace
 
 void TileGrid::visible_keys(int64_t row, int64_t& first, int64_t& last) const {
-  const Band b = band_of(problem_);
-  first = b.left_bounded ? std::max<int64_t>(0, row + b.offset - b.left) : 0;
-  last = b.right_bounded ? std::min<int64_t>(problem_.seqlen_k - 1, row + b.offset + b.right)
-                         : problem_.seqlen_k - 1;
+  const AttentionMask m = AttentionMask::of(problem_.to_c());
+  first = m.key_begin(int32_t(row));
+  last = int64_t(m.key_end(int32_t(row))) - 1;
 }
 
 BlockKind TileGrid::kind(int32_t q_tile, int32_t kv_tile) const {

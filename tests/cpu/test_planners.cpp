@@ -154,7 +154,7 @@ TEST(Planners, ShiftFullMaskMatchesThePapersFourByFourTable) {
 }
 
 TEST(Planners, ShiftWithMoreQTilesThanKvTilesMatchesTheForksOrder) {
-  // 6 Q tiles x 3 KV tiles (fa3-and-dash-fork-notes.md, worked example).
+  // 6 Q tiles x 3 KV tiles (shared/docs/fa3-and-dash-fork-notes.md, worked example).
   const dash::Plan plan = named(make_problem(6 * 64, 3 * 128, dash::Mask::Full), Planner::Shift, {64, 128});
   EXPECT_EQ(dq_order(plan, 0), (std::vector<int>{0, 2, 1}));
   EXPECT_EQ(dq_order(plan, 1), (std::vector<int>{1, 0, 2}));

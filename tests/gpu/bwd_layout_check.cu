@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// bwd_wgmma_layout_check.cu — host-only check of the wgmma backward's shared-memory layout algebra
-// (src/cuda/bwd/bwd_wgmma_kernel.cuh). Runs without a GPU. Checks, for both head dims (64: tiles 128 x 128;
+// bwd_layout_check.cu — host-only check of the Hopper backward kernel's shared-memory layout algebra
+// (src/cuda/hopper/bwd/bwd_kernel.cuh). Runs without a GPU. Checks, for both head dims (64: tiles 128 x 128;
 // 128: tiles 64 x 128) and both dtypes:
 //   - the dQ staging layout (a CuTe Swizzle over row-major kBlockM x kHeadDim fp32) equals the store warp's
 //     swz_f32<kHeadDim> at every position (the store warp reads what the MMA warpgroups write);
@@ -11,18 +11,18 @@
 //   - the shared-memory struct fits the 227 KB an sm_90 block may use.
 #include <cstdio>
 
-#include "bwd/bwd_wgmma_kernel.cuh"
+#include "hopper/bwd/bwd_kernel.cuh"
 
 namespace {
 template <int kHeadDim, dash_dtype kDtype>
 int check(const char* name) {
-  using namespace dash::cuda::bwd;
-  using C = wgmma::WgConfig<kHeadDim, kDtype>;
+  using namespace dash::hopper::bwd;
+  using C = BwdConfig<kHeadDim, kDtype>;
   int bad = 0;
   const auto staging = typename C::SmemLayoutdQStaging{};
   for (int r = 0; r < C::kBlockM; ++r)
     for (int c = 0; c < C::kHeadDim; ++c)
-      // swz_f32<kHeadDim>(r, c) of bwd_sm90_kernel.cuh (a __device__ function, so restated here).
+      // swz_f32<kHeadDim>(r, c) of bwd_dq_handoff.cuh (a __device__ function, so restated here).
       if (int(staging(r, c)) != r * C::kHeadDim + ((((c >> 2) ^ (r & 7))) << 2) + (c & 3)) ++bad;
   const auto ds = typename C::SmemLayoutdS{};
   const auto dst = typename C::SmemLayoutdSt{};
@@ -41,7 +41,7 @@ int check(const char* name) {
     for (int d = 0; d < C::kHeadDim; ++d)
       if (kv(k, d) != kt(d, k)) ++bad;
   // The MMA warpgroups' mask / LSE indexing assumes: register i of thread t sits at thread t's register-0
-  // coordinate plus thread 0's register-i coordinate (tScS0 in wg_mma), warpgroup 1 owns keys 64..127, and
+  // coordinate plus thread 0's register-i coordinate (tScS0 in mma_warpgroups), warpgroup 1 owns keys 64..127, and
   // the 256 threads cover the (128 keys x kBlockM queries) S^T tile exactly once. Same coverage for dQ
   // (kBlockM x kHeadDim).
   {
@@ -93,7 +93,7 @@ int check(const char* name) {
         if (get<0>(ct(i - 1)) != get<0>(ct(i)) || get<1>(ct(i - 1)) + 1 != get<1>(ct(i))) ++bad;
     }
   }
-  const int smem = wgmma::wg_smem_bytes<C>();
+  const int smem = smem_bytes_of<C>();
   if (smem > 227 * 1024) ++bad;
   std::printf("%s: smem %d bytes, %d layout mismatches\n", name, smem, bad);
   return bad;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// tma_host.cuh — host-side TMA helpers shared by the forward and backward launchers: the caller's strided
+// hopper/tma_host.cuh — host-side TMA helpers shared by the forward and backward launchers: the caller's strided
 // (batch, seqlen, heads, head_dim) tensor as the CuTe global tensor the TMA descriptors are built from, and the
 // check that every descriptor was actually encoded.
 #pragma once
@@ -12,7 +12,7 @@
 
 #include "dash/dash_attn.h"
 
-namespace dash::cuda::tma {
+namespace dash::hopper::tma {
 
 // (seqlen, head dim, heads, batch) with element strides; the head dim is contiguous (validated by the APIs).
 template <class Config>
@@ -46,4 +46,4 @@ inline dash_status check_descriptors(std::initializer_list<NamedDescriptor> desc
   return DASH_OK;
 }
 
-}  // namespace dash::cuda::tma
+}  // namespace dash::hopper::tma

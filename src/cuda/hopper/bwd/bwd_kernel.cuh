@@ -1,13 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// bwd_wgmma_kernel.cuh — plan-executing attention backward main kernel with TMA + wgmma, head dims 64 and 128
-// (tiles kBlockM x 128 = dash::default_backward_tiles: 128 x 128 at head dim 64, 64 x 128 at 128); the default
-// kernel (DASH_BWD_KERNEL=mma selects the mma.sync kernel of bwd_sm90_kernel.cuh instead, bwd_api.cpp). Design,
-// smem and register budgets, measurements: docs/kernel-notes-bwd-wgmma.md.
+// hopper/bwd/bwd_kernel.cuh — the plan-executing attention backward main kernel for Hopper: TMA loads, wgmma,
+// warp-specialised (tiles kBlockM x 128 from dash/kernel_table.hpp: 128 x 128 at head dim 64, 64 x 128 at 128).
+// Design, shared-memory and register budgets, measurements: docs/design.md, docs/history/kernel-notes-bwd-wgmma.md.
 //
-// It shares with the mma.sync kernel (bwd_sm90_kernel.cuh): the preprocess / convert kernels, the store warp
-// (store_warp_loop: same dQ hand-off records, same mbarrier protocol, same ordered adds, same release/acquire
-// arguments), the plan decoding, the claim rule and the split-GQA dK/dV ordered adds.
-// What is new is who does what inside the CTA:
+// The plan's orders reach the kernel through PlanScheduler (bwd_plan_scheduler.cuh); the dQ partials leave it
+// through the store warps (bwd_dq_handoff.cuh); preprocess and convert run around it (bwd_preprocess_convert.cuh).
+// Who does what inside the CTA:
 //   warpgroup 0 (24 registers): warp 0, one elected lane = PRODUCER: claims tickets (claim rule below), reads
 //     the plan's item / segment / visit records, TMA-loads K and V per segment (one buffer) and Q, dO (TMA)
 //     plus LSE2, delta (bulk copies) per visit into a 2-stage ring, and publishes each segment's and visit's
@@ -21,47 +19,35 @@
 //     dS^T -> shared memory (both warpgroups), then the dQ partial dS K (wgmma SS, K = 128 keys), split
 //                                                    between the warpgroups by head-dim columns at D = 128
 //                                                    (64 x 64 each) and by query rows at D = 64 (64 x 64
-//                                                    each); fp32 -> the store warp's staging buffer, exactly
-//                                                    as the mma.sync kernel hands it.
+//                                                    each); fp32 -> the store warp's staging buffer.
 //   dK / dV stay in registers for the whole segment and are written at its end (or added in group order for
-//   split-head GQA), exactly as in the mma.sync kernel.
+//   split-head GQA).
 #pragma once
 
 #include <climits>
 #include <cstdint>
 
 #include <cute/tensor.hpp>
-#include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/cutlass.h>
 
-#include "fwd_sm90_config.cuh"   // k_major_smem_atom
-#include "fwd_sm90_kernel.cuh"   // warpgroup_gemm (the forward's wgmma issue helper)
-#include "fwd_sm90_softmax.cuh"  // accumulator_as_a_operand
-#include "sm90_primitives.cuh"   // PipelineState, mbarrier_*, named_barrier_sync, exp2_approx
+#include "bwd/bwd_params.h"
+#include "hopper/bwd/bwd_dq_handoff.cuh"
+#include "hopper/bwd/bwd_plan_scheduler.cuh"
+#include "hopper/element_types.cuh"
+#include "hopper/fast_math.cuh"
+#include "hopper/ptx.cuh"
+#include "hopper/sync.cuh"
+#include "hopper/warpgroup_mma.cuh"
 
-#include "bwd_sm90_kernel.cuh"  // BwdParams, DqHandoff, store_warp_loop, PTX wrappers, swz_f32, pack2
-#include "bwd_sm90_params.h"
+namespace dash::hopper::bwd {
 
-namespace dash::cuda::bwd::wgmma {
-
-template <dash_dtype kDtype>
-struct WgElement;
-template <>
-struct WgElement<DASH_DTYPE_BF16> {
-  using cute_type = cute::bfloat16_t;
-  using std_type = __nv_bfloat16;
-};
-template <>
-struct WgElement<DASH_DTYPE_FP16> {
-  using cute_type = cute::half_t;
-  using std_type = __half;
-};
+using kernels::bwd::BwdTiles;
 
 template <int kHeadDim_, dash_dtype kDtype>
-struct WgConfig {
-  using Element = typename WgElement<kDtype>::cute_type;     // for CuTe (wgmma, TMA)
-  using StdElement = typename WgElement<kDtype>::std_type;  // for the shared kernels and global stores
+struct BwdConfig {
+  using Element = typename CuteElement<kDtype>::type;     // for CuTe (wgmma, TMA)
+  using StdElement = typename CudaElement<kDtype>::type;  // for preprocess / convert and global stores
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "tilings exist for head dims 64 and 128");
   // The plan's tiles (default_backward_tiles): the host refuses a plan with other tiles.
@@ -79,8 +65,8 @@ struct WgConfig {
   // 24 / 240 as in the forward kernel; ptxas reports no spills with it.
   static constexpr int kProducerRegisters = 24;  // producer lane and store warps
   static constexpr int kMmaRegisters =
-      (dash::sm90::launch_register_pool(kThreads) - kProducerRegisters * 128) / kMmaThreads / 8 * 8;  // 240
-  static_assert(kProducerRegisters * 128 + kMmaRegisters * kMmaThreads <= dash::sm90::launch_register_pool(kThreads),
+      (launch_register_pool(kThreads) - kProducerRegisters * 128) / kMmaThreads / 8 * 8;  // 240
+  static_assert(kProducerRegisters * 128 + kMmaRegisters * kMmaThreads <= launch_register_pool(kThreads),
                 "register budgets exceed the CTA's register pool: setmaxnreg.inc would wait forever");
   static constexpr int kQStages = 2;  // Q / dO / LSE2 / delta ring depth (one visit ahead)
   // Issue dV += P^T dO after dS^T is computed instead of before. At kBlockM = 128 the dS^T loop holds S^T and
@@ -88,7 +74,7 @@ struct WgConfig {
   // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled; 16%
   // slower on the H200). Issued after the loop, dV still overlaps the dS^T store and the barriers. At
   // kBlockM = 64 the early dV measured 1-4% faster. DASH_BWD_DV_AFTER_DS = 0 or 1 forces one order for both
-  // head dims (tuning experiments only; docs/kernel-notes-bwd-wgmma.md, log).
+  // head dims (tuning experiments only; docs/history/kernel-notes-bwd-wgmma.md).
 #ifndef DASH_BWD_DV_AFTER_DS
 #define DASH_BWD_DV_AFTER_DS -1
 #endif
@@ -96,10 +82,9 @@ struct WgConfig {
   // Warps 1 and 2 of warpgroup 0 drain the dQ staging buffers, one buffer each (store_warp_loop): one
   // buffer's hand-off (turn wait, bulk reduce-add, completion, release) then overlaps the other's.
   static constexpr int kStoreWarps = kDqStages;
-  static_assert(kMmaThreads == kComputeThreads, "store_warp_loop's dq_full barrier counts kComputeThreads arrivals");
 
   // ---- shared-memory layouts: every tile K-major (head dim contiguous, as in global memory), SW128 ----
-  using SmemAtom = decltype(dash::sm90::k_major_smem_atom<Element, kHeadDim>());
+  using SmemAtom = decltype(k_major_smem_atom<Element, kHeadDim>());
   using SmemLayoutQStage =
       decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
   using SmemLayoutQ = decltype(cute::tile_to_shape(
@@ -124,7 +109,7 @@ struct WgConfig {
       SmemLayoutdSt{}, cute::make_ordered_layout(cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{},
                                                  cute::Step<cute::_2, cute::_1>{})));
 
-  // The store warp's fp32 staging tile (swz_f32<kHeadDim> in bwd_sm90_kernel.cuh: 4-float chunks XOR
+  // The store warp's fp32 staging tile (swz_f32<kHeadDim> in bwd_dq_handoff.cuh: 4-float chunks XOR
   // row & 7) as a CuTe swizzle on the row-major offset: bits [2, 5) ^= the row's low 3 bits, which start at
   // bit log2(kHeadDim) (Swizzle<3, 2, 5> at 128, Swizzle<3, 2, 4> at 64).
   static constexpr int kRowShift = kHeadDim == 128 ? 7 : 6;
@@ -170,8 +155,8 @@ struct WgConfig {
 };
 
 template <class Config>
-struct WgParams {
-  BwdParams base;  // everything the mma.sync kernel gets (plan tables, workspace, modes)
+struct BwdKernelParams {
+  BwdParams base;  // the architecture-neutral part: problem, plan tables, workspace, modes
   typename Config::TmaLoadQ tma_q;
   typename Config::TmaLoadQ tma_do;
   typename Config::TmaLoadKV tma_k;
@@ -195,7 +180,7 @@ struct VisitRecord {
 };
 
 template <class Config>
-struct WgSmem {
+struct BwdSmem {
   using Element = typename Config::Element;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kHeadDim = Config::kHeadDim;
@@ -205,7 +190,7 @@ struct WgSmem {
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> k;
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> v;
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutdSt>, 1024> ds;  // dS^T
-  // The store warp's staging buffers: the mma.sync kernel's format (row-major fp32, swz_f32 chunks).
+  // The store warps' staging buffers: row-major fp32 in swz_f32 chunks (bwd_dq_handoff.cuh).
   alignas(128) float dq[kDqStages][kBlockM * kHeadDim];
   alignas(128) float lse2[Config::kQStages][kBlockM];   // bulk-copy destinations: 16-byte aligned
   alignas(128) float delta[Config::kQStages][kBlockM];
@@ -219,44 +204,44 @@ struct WgSmem {
   alignas(8) uint64_t kv_empty;                    // 8 MMA warps: done with the segment's K/V and its record
   alignas(8) uint64_t q_full[Config::kQStages];    // producer arrive + Q/dO/LSE2/delta bytes
   alignas(8) uint64_t q_empty[Config::kQStages];   // 8 MMA warps: done with the stage and its record
-  alignas(8) uint64_t dq_full[kDqStages];          // as BwdSmem: 256 MMA-thread arrivals
-  alignas(8) uint64_t dq_empty[kDqStages];         // as BwdSmem: 32 store-warp arrivals
-  int32_t waits_done;      // store warps -> producer: visits whose dQ wait is satisfied (as BwdSmem)
+  alignas(8) uint64_t dq_full[kDqStages];          // 256 MMA-thread arrivals: a partial is staged
+  alignas(8) uint64_t dq_empty[kDqStages];         // 32 store-warp arrivals: the buffer is drained
+  int32_t waits_done;      // store warps -> producer: visits whose dQ wait is satisfied
   int32_t items_mma_done;  // MMA warpgroups -> producer (split-head GQA only): items whose dK/dV adds are done
 };
 
 template <class Config>
-constexpr int wg_smem_bytes() {
-  constexpr int kBytes = int(sizeof(WgSmem<Config>)) + 1024;  // +1024: the kernel aligns the base up
+constexpr int smem_bytes_of() {
+  constexpr int kBytes = int(sizeof(BwdSmem<Config>)) + 1024;  // +1024: the kernel aligns the base up
   static_assert(kBytes <= 227 * 1024, "shared memory exceeds the 227 KB an sm_90 block may use");
   return kBytes;
 }
 
 // Named barriers among the 256 MMA threads (ids 1..3; 0 is __syncthreads; the store warps and the producer
 // use none).
-enum WgNamedBarrier : uint32_t {
+enum MmaNamedBarrier : uint32_t {
   kBarMma = 1,      // generic: all MMA threads (split-GQA release, item done)
   kBarDsFree = 2,   // both warpgroups' previous dQ GEMMs (which read sdS) are complete
   kBarDsReady = 3,  // both warpgroups' dS^T halves are written and fenced for the async proxy
 };
 __device__ __forceinline__ void mma_barrier(uint32_t id) {
   __syncwarp();  // bar.sync is .aligned: reconverge first (callers may come out of a divergent branch)
-  dash::sm90::named_barrier_sync(id, 256);
+  named_barrier_sync(id, 256);
 }
 
-// Every intra-CTA mbarrier wait of this kernel goes through wg_wait. A protocol bug must not hang: a wait that
-// has not completed after DASH_BWD_WGMMA_WATCHDOG_CYCLES clock cycles (default 2^35, ~17 s at 1.98 GHz; the
+// Every intra-CTA mbarrier wait of the producer and the MMA warpgroups goes through watchdog_wait. A protocol bug
+// must not hang: a wait that has not completed after DASH_BWD_WATCHDOG_CYCLES clock cycles (default 2^35, ~17 s at 1.98 GHz; the
 // slowest legitimate wait measured, a plan run while another kernel held the SMs, took 0.2 s) ends the kernel
 // with an error instead of a hang: it writes to the invalid address 256 x (site + 1), so the launch fails with
 // "illegal address", and compute-sanitizer memcheck names the site (the address), the block and the thread.
 // The whole wait is one asm block, like CUTLASS's ClusterBarrier::wait: a C++ retry loop around try_wait put
-// control flow between the wgmmas and tripled the spills (40 -> ~1200 bytes). 0 compiles CUTLASS's wait.
-#ifndef DASH_BWD_WGMMA_WATCHDOG_CYCLES
-#define DASH_BWD_WGMMA_WATCHDOG_CYCLES (1ull << 35)
+// control flow between the wgmmas and tripled the spills (40 -> ~1200 bytes). 0 compiles the plain wait.
+#ifndef DASH_BWD_WATCHDOG_CYCLES
+#define DASH_BWD_WATCHDOG_CYCLES (1ull << 35)
 #endif
-enum WgWaitSite : uint32_t { kSiteKvEmpty, kSiteKvFull, kSiteQEmpty, kSiteQFull, kSiteDqEmpty, kSiteClaim };
-__device__ __forceinline__ void wg_wait(uint64_t* bar, uint32_t parity, WgWaitSite site) {
-#if DASH_BWD_WGMMA_WATCHDOG_CYCLES > 0
+enum WaitSite : uint32_t { kSiteKvEmpty, kSiteKvFull, kSiteQEmpty, kSiteQFull, kSiteDqEmpty, kSiteClaim };
+__device__ __forceinline__ void watchdog_wait(uint64_t* bar, uint32_t parity, WaitSite site) {
+#if DASH_BWD_WATCHDOG_CYCLES > 0
   asm volatile(
       "{\n\t"
       ".reg .pred ready, late;\n\t"
@@ -273,33 +258,23 @@ __device__ __forceinline__ void wg_wait(uint64_t* bar, uint32_t parity, WgWaitSi
       "bra.uni WG_WAIT_RETRY;\n\t"
       "WG_WAIT_DONE:\n\t"
       "}" ::"r"(smem_addr(bar)),
-      "r"(parity), "l"(uint64_t(DASH_BWD_WGMMA_WATCHDOG_CYCLES)), "l"(uint64_t(site + 1) * 256u)
+      "r"(parity), "l"(uint64_t(DASH_BWD_WATCHDOG_CYCLES)), "l"(uint64_t(site + 1) * 256u)
       : "memory");
 #else
   (void)site;
-  dash::sm90::mbarrier_wait(bar, parity);
+  mbarrier_wait(bar, parity);
 #endif
 }
 
-// 1-D bulk copy global -> shared, completing `bytes` transaction bytes on `bar` (LSE2 / delta rows).
-__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-
 // ------------------------------------------------------------------------------------------------------------
-// Producer: one lane. Ticket claims, plan decoding and all loads.
+// Producer: one lane. Claims work from the plan (PlanScheduler) and issues all loads.
 // ------------------------------------------------------------------------------------------------------------
 template <class Config>
-__device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
+__device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
   using namespace cute;
-  using dash::sm90::mbarrier_arrive;
-  using dash::sm90::mbarrier_arrive_expect_tx;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
   const BwdParams& p = P.base;
+  const PlanScheduler plan{p};
 
   Tensor mQ = P.tma_q.get_tma_tensor(P.shape_q);
   Tensor mdO = P.tma_do.get_tma_tensor(P.shape_q);
@@ -310,8 +285,7 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
   Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutKV{});
   Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Config::SmemLayoutKV{});
 
-  const bool pack_group = p.gqa_mode == DASH_GQA_PACK_GROUP;
-  dash::sm90::PipelineState<Config::kQStages> q_state;
+  PipelineState<Config::kQStages> q_state;
   uint32_t kv_phase = 0;
   int visits_issued = 0;   // every visit has one dQ wait (rank 0's is satisfied at once)
   int items_with_mma = 0;  // claimed items that have at least one segment
@@ -328,20 +302,16 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
       while (atomicAdd(&s.waits_done, 0) < visits_issued ||
              (p.split_dkv && atomicAdd(&s.items_mma_done, 0) < items_with_mma)) {
         __nanosleep(64);
-        if (DASH_BWD_WGMMA_WATCHDOG_CYCLES > 0 && uint64_t(clock64() - start) > DASH_BWD_WGMMA_WATCHDOG_CYCLES) {
-          *reinterpret_cast<volatile uint32_t*>(uintptr_t(kSiteClaim + 1) * 256u) = 0;  // see wg_wait
+        if (DASH_BWD_WATCHDOG_CYCLES > 0 && uint64_t(clock64() - start) > DASH_BWD_WATCHDOG_CYCLES) {
+          *reinterpret_cast<volatile uint32_t*>(uintptr_t(kSiteClaim + 1) * 256u) = 0;  // see watchdog_wait
           __trap();
         }
       }
     }
-    const int ticket = atomicAdd(p.ticket_counter, 1);
-    if (ticket >= p.num_tickets) break;
-
-    // Plan decoding, shared with the mma.sync kernel.
-    const TicketWork work = decode_ticket(p, ticket);
+    TicketWork work;
+    if (!plan.claim(work)) break;
     const dash_item item = work.item;
-    const int b = work.unit.batch, head_kv = work.unit.head_kv, unit_head = work.unit.head_q,
-              group_rank = work.unit.group_rank;
+    const int b = work.unit.batch, head_kv = work.unit.head_kv, group_rank = work.unit.group_rank;
 
     Tensor gK = local_tile(mK(_, _, head_kv, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
     Tensor gV = local_tile(mV(_, _, head_kv, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
@@ -349,11 +319,11 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
     auto [tVgV, tVsV] = tma_partition(P.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
     for (int sgi = 0; sgi < item.num_segments; ++sgi) {
-      const dash_segment seg = p.segments[item.first_segment + sgi];
+      const dash_segment seg = plan.segment(work, sgi);
       // WAIT (K/V buffer free): every MMA warp arrived on kv_empty after its last GEMM reading K/V of the
       // previous segment completed (warpgroup_wait) and after it copied the segment record. The MMA warps
       // only wait on this CTA's producer and store warps, whose waits end (DEADLOCK.md), so this ends too.
-      wg_wait(&s.kv_empty, kv_phase ^ 1u, kSiteKvEmpty);
+      watchdog_wait(&s.kv_empty, kv_phase ^ 1u, kSiteKvEmpty);
       s.segment[kv_phase] = SegmentRecord{0, b, head_kv, int32_t(seg.kv_tile), group_rank, int32_t(seg.num_visits),
                                 sgi + 1 == item.num_segments ? 1 : 0};
       // The arrive (release.cta) publishes the record above; the TMA completes the transaction bytes. The MMA
@@ -364,15 +334,15 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
       kv_phase ^= 1u;
 
       for (int vi = 0; vi < seg.num_visits; ++vi) {
-        const int index = seg.first_visit + vi;
-        const dash_visit vis = p.visits[index];
-        const int head = pack_group ? head_kv * p.group_size + vis.head_in_unit : unit_head;
+        const int index = plan.visit_index(seg, vi);
+        const dash_visit vis = plan.visit(index);
+        const int head = plan.head_of(work, vis);
         const int st = q_state.index;
         // WAIT (Q stage free): every MMA warp arrived on q_empty[st] after the GEMMs that read this stage
         // (two visits ago) completed and after it copied the visit record.
-        wg_wait(&s.q_empty[st], q_state.phase ^ 1u, kSiteQEmpty);
-        s.visit[st] = VisitRecord{head, int32_t(vis.q_tile), int32_t(vis.dq_rank), int32_t(vis.flags), index, ticket,
-                                  int32_t(seg.kv_tile)};
+        watchdog_wait(&s.q_empty[st], q_state.phase ^ 1u, kSiteQEmpty);
+        s.visit[st] = VisitRecord{head, int32_t(vis.q_tile), int32_t(vis.dq_rank), int32_t(vis.flags), index,
+                                  work.ticket, int32_t(seg.kv_tile)};
         // Release of the record + expected bytes of the four loads (two TMA tiles, two kBlockM-float rows).
         mbarrier_arrive_expect_tx(&s.q_full[st], 2 * Config::kQTileBytes + 2 * Config::kRowFloatsBytes);
         Tensor gQ = local_tile(mQ(_, _, head, b), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));
@@ -396,7 +366,7 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
   }
 
   // No more tickets: an exit record instead of a segment (no bytes: the plain arrive completes the phase).
-  wg_wait(&s.kv_empty, kv_phase ^ 1u, kSiteKvEmpty);
+  watchdog_wait(&s.kv_empty, kv_phase ^ 1u, kSiteKvEmpty);
   s.segment[kv_phase].exit = 1;
   mbarrier_arrive(&s.kv_full);
 }
@@ -405,14 +375,14 @@ __device__ void wg_produce(WgParams<Config> const& P, WgSmem<Config>& s) {
 // MMA warpgroups: 256 threads, `thread` = threadIdx.x - 128.
 // ------------------------------------------------------------------------------------------------------------
 template <class Config>
-__device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread) {
+__device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>& s, int thread) {
   using namespace cute;
-  using dash::sm90::mbarrier_arrive;
-  using dash::sm90::warpgroup_gemm;
   using Element = typename Config::Element;
   using StdElement = typename Config::StdElement;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
   const BwdParams& p = P.base;
+  const PlanScheduler plan{p};
+  const AttentionMask& mask = p.mask;
   const bool lane_leader = (threadIdx.x % 32) == 0;
 
   Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQ{});
@@ -453,8 +423,8 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
   // of S^T = one 16-query k-step: the forward's P -> O += P V trick).
   Tensor tPr = make_tensor<Element>(tSrS.layout());
   Tensor tdSr = make_tensor<Element>(tSrS.layout());
-  Tensor tPa = make_tensor(tPr.data(), dash::sm90::accumulator_as_a_operand(tSrS.layout()));
-  Tensor tdSa = make_tensor(tdSr.data(), dash::sm90::accumulator_as_a_operand(tSrS.layout()));
+  Tensor tPa = make_tensor(tPr.data(), accumulator_as_a_operand(tSrS.layout()));
+  Tensor tdSa = make_tensor(tdSr.data(), accumulator_as_a_operand(tSrS.layout()));
   // (row, column) of every accumulator register in its tile.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));      // (key, query)
   // The same for thread 0 (constant-folded): every thread's coordinates are its (tScS(0)) plus these.
@@ -467,16 +437,16 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
   Tensor tdSsdS = thr_ds_store.partition_D(sdSt);
   Tensor tdSr_store = thr_ds_store.retile_S(tdSr);
 
-  dash::sm90::PipelineState<Config::kQStages> q_state;
+  PipelineState<Config::kQStages> q_state;
   uint32_t kv_phase = 0;
   int dq_stage = 0;
   uint32_t dq_phase = 0;  // parity of the staging buffer's current use (flips when dq_stage wraps)
-  const int causal_offset = p.seqlen_k - p.seqlen_q;
+  const int causal_offset = mask.diagonal_offset();
 
   for (;;) {
     // WAIT (segment): the producer's arrive released the record, the TMA completed K and V. The producer's
     // own waits (claim rule, free buffers) end by DEADLOCK.md, so this does.
-    wg_wait(&s.kv_full, kv_phase, kSiteKvFull);
+    watchdog_wait(&s.kv_full, kv_phase, kSiteKvFull);
     // Only the loop bound is kept in registers; the epilogue reads the rest of the record from its slot
     // (holding it across the visit loop made ptxas spill it).
     const SegmentRecord& seg = s.segment[kv_phase];
@@ -489,7 +459,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
     for (int vi = 0; vi < num_visits; ++vi) {
       const int st = q_state.index;
       // WAIT (visit): Q, dO, LSE2, delta of this stage landed and its record is published (acquire).
-      wg_wait(&s.q_full[st], q_state.phase, kSiteQFull);
+      watchdog_wait(&s.q_full[st], q_state.phase, kSiteQFull);
       const VisitRecord vis = s.visit[st];
 
       // S^T = K_w Q^T and dP^T = V_w dO^T, one commit group each.
@@ -500,9 +470,10 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       // fill; rows past seqlen_q or with LSE = -inf have LSE2 = +inf, so P = 0 there.
       // Register i sits at (key_base + r0_i, col_base + c0_i) with (r0_i, c0_i) = thread 0's coordinates,
       // compile-time constants. Key visible to query iff key < seqlen_k and (not causal or
-      // key <= query + seqlen_k - seqlen_q); both tests become one runtime value per visit compared with
-      // constants (written this way because ptxas hoisted 16 per-column values out of the loops and spilled).
-      const bool need_mask = (vis.flags & DASH_VISIT_PARTIAL_MASK) || (vis.kv_tile + 1) * kBlockN > p.seqlen_k;
+      // key <= query + seqlen_k - seqlen_q: mask.key_end); both tests become one runtime value per visit
+      // compared with constants (written this way because ptxas hoisted 16 per-column values out of the loops
+      // and spilled).
+      const bool need_mask = (vis.flags & DASH_VISIT_PARTIAL_MASK) || (vis.kv_tile + 1) * kBlockN > mask.seqlen_k;
       const int key_base = vis.kv_tile * kBlockN + get<0>(tScS(0));
       const int col_base = get<1>(tScS(0));
       const float* lse2_row = &s.lse2[st][col_base];
@@ -513,12 +484,12 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       warpgroup_fence_operand(tSrS);  // keep the reads of S^T below the wait
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) {
-        tSrS(i) = dash::sm90::exp2_approx(tSrS(i) * p.scale_log2 - lse2_row[get<1>(tScS0(i))]);
+        tSrS(i) = exp2_approx(tSrS(i) * p.scale_log2 - lse2_row[get<1>(tScS0(i))]);
       }
       if (need_mask) {
         // One branch per visit (uniform across the warpgroup); the loop inside has no branches.
-        const int keys_left = p.seqlen_k - key_base;                                         // masked iff r0 >= it
-        const int diag = p.causal ? key_base - col_base - (vis.q_tile * kBlockM + causal_offset)
+        const int keys_left = mask.seqlen_k - key_base;                                      // masked iff r0 >= it
+        const int diag = mask.causal() ? key_base - col_base - (vis.q_tile * kBlockM + causal_offset)
                                   : INT_MIN / 2;                                            // masked iff > c0 - r0
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
@@ -567,7 +538,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       // Hand the dQ partial to the store warp of this staging buffer, as the mma.sync kernel does. WAIT
       // (staging buffer) until that store warp drained it: it drains in order and is only held up by a
       // dQ-order wait, which ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
-      wg_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
+      watchdog_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
       {
         // The staging layout is the store warp's (swz_f32<kHeadDim>, Config::SmemLayoutdQStaging), partitioned
         // like the accumulator. Registers 2j and 2j + 1 hold adjacent columns of one row starting at an even
@@ -593,7 +564,7 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
       // The store warp's bulk copy reads the staged values through the async proxy: each writer fences its
       // generic writes for that proxy, then its arrival releases them (and thread 0's record).
       fence_proxy_async_shared();
-      mbar_arrive(&s.dq_full[dq_stage]);
+      mbarrier_arrive(&s.dq_full[dq_stage]);
       dq_stage ^= 1;
       dq_phase ^= (dq_stage == 0);
 
@@ -613,35 +584,35 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
     if (lane_leader) mbarrier_arrive(&s.kv_empty);
 
     // ---- segment epilogue: dK / dV of this KV tile (this unit's share), as the mma.sync kernel ----
-    // The record's slot stays valid until the next segment's kv_empty (see WgSmem::segment).
+    // The record's slot stays valid until the next segment's kv_empty (see BwdSmem::segment).
     const int seg_b = seg.b, seg_head_kv = seg.head_kv, seg_kv_tile = seg.kv_tile, seg_group_rank = seg.group_rank;
     const bool seg_end_of_item = seg.end_of_item != 0;
     CUTE_UNROLL
     for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= p.softmax_scale;
     if (!p.split_dkv) {
-      // This CTA holds the complete dK/dV of the tile: store them (rows past seqlen_k dropped).
+      // This CTA holds the complete dK/dV of the tile: store them (keys past seqlen_k dropped).
       CUTE_UNROLL
       for (int i = 0; i < size(tdKrdK); i += 2) {
         const int key = seg_kv_tile * kBlockN + get<0>(tdKVc(i));
         const int col = get<1>(tdKVc(i));
-        if (key < p.seqlen_k) {
+        if (key < mask.seqlen_k) {
           StdElement* dk_row = static_cast<StdElement*>(p.dk.data) + seg_b * p.dk.batch_stride +
                                int64_t(key) * p.dk.seq_stride + seg_head_kv * p.dk.head_stride;
           StdElement* dv_row = static_cast<StdElement*>(p.dv.data) + seg_b * p.dv.batch_stride +
                                int64_t(key) * p.dv.seq_stride + seg_head_kv * p.dv.head_stride;
-          *reinterpret_cast<uint32_t*>(dk_row + col) = pack2<StdElement>(tdKrdK(i), tdKrdK(i + 1));
-          *reinterpret_cast<uint32_t*>(dv_row + col) = pack2<StdElement>(tdVrdV(i), tdVrdV(i + 1));
+          *reinterpret_cast<uint32_t*>(dk_row + col) = pack_pair<StdElement>(tdKrdK(i), tdKrdK(i + 1));
+          *reinterpret_cast<uint32_t*>(dv_row + col) = pack_pair<StdElement>(tdVrdV(i), tdVrdV(i + 1));
         }
       }
     } else {
       // Split-head GQA: add this query head's share into the fp32 accumulators in group_head_by_rank order.
-      int32_t* counter = p.dkv_counters + (int64_t(seg_b) * p.heads_kv + seg_head_kv) * p.num_kv_tiles + seg_kv_tile;
+      int32_t* turn = plan.dkv_turn(seg_b, seg_head_kv, seg_kv_tile);
       if (p.deterministic) {
         // WAIT (dK/dV group order). The head of group rank `group_rank - 1` is the previous unit, i.e. items
         // with earlier tickets (docs/DEADLOCK.md: "Waits across units ... always target the previous unit");
         // all of them were claimed before ours, by running CTAs, and the previous unit's own waits are
         // satisfiable by the same argument, so this spin ends. Every MMA thread acquires for itself.
-        wait_counter_equals(counter, seg_group_rank);
+        PlanScheduler::wait_for_turn(turn, seg_group_rank);
       }
       const int64_t base_row = (int64_t(seg_b) * p.heads_kv + seg_head_kv) * (int64_t(p.num_kv_tiles) * kBlockN) +
                                int64_t(seg_kv_tile) * kBlockN;
@@ -653,12 +624,12 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
         red_add_v2(p.dv_accum + row * kHeadDim + col, tdVrdV(i), tdVrdV(i + 1));
       }
       if (p.deterministic) {
-        // RELEASE (dK/dV group order). Each thread fences its adds (fence.acq_rel.gpu), the MMA barrier
-        // orders all 256 threads' fences before thread 0's st.release.gpu, and release is cumulative: the
-        // next rank's acquire observes all of them.
+        // PUBLISH (dK/dV group order). Each thread fences its adds (fence.acq_rel.gpu), the MMA barrier
+        // orders all 256 threads' fences before thread 0's release, and release is cumulative: the next
+        // rank's acquire observes all of them.
         fence_acq_rel_gpu();
         mma_barrier(kBarMma);
-        if (thread == 0) st_release_gpu(counter, seg_group_rank + 1);
+        if (thread == 0) PlanScheduler::publish(turn, seg_group_rank);
       }
     }
     if (p.split_dkv && seg_end_of_item) {
@@ -672,9 +643,9 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
   // No more work: an exit record in each staging buffer, for the store warp that drains it (it drains its
   // buffer in order, so it finishes every earlier add before it reads this record and exits).
   for (int i = 0; i < kDqStages; ++i) {
-    wg_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
+    watchdog_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
     if (thread == 0) s.handoff[dq_stage].accumulator = -1;
-    mbar_arrive(&s.dq_full[dq_stage]);
+    mbarrier_arrive(&s.dq_full[dq_stage]);
     dq_stage ^= 1;
     dq_phase ^= (dq_stage == 0);
   }
@@ -682,29 +653,29 @@ __device__ void wg_mma(WgParams<Config> const& P, WgSmem<Config>& s, int thread)
 
 template <class Config>
 __global__ void __launch_bounds__(Config::kThreads, 1)
-    bwd_wgmma_main(CUTE_GRID_CONSTANT WgParams<Config> const P) {
+    backward_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Config> const P) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // SW128 tiles need 1024-byte alignment; the host asked for 1 KB of slack.
   // The offset is added to smem_raw itself (not through an integer) so that the compiler still knows every
   // pointer derived from `s` is in shared memory and emits shared loads (LDS) instead of generic ones.
-  auto& s = *reinterpret_cast<WgSmem<Config>*>(smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u));
+  auto& s = *reinterpret_cast<BwdSmem<Config>*>(smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u));
   const int warp = cutlass::canonical_warp_idx_sync();
   const int warpgroup = cutlass::canonical_warp_group_idx();
 
   if (threadIdx.x == 0) {
     s.waits_done = 0;
     s.items_mma_done = 0;
-    dash::sm90::mbarrier_init(&s.kv_full, 1);  // the producer's arrive(_expect_tx)
-    dash::sm90::mbarrier_init(&s.kv_empty, Config::kMmaWarps);
+    mbarrier_init(&s.kv_full, 1);  // the producer's arrive(_expect_tx)
+    mbarrier_init(&s.kv_empty, Config::kMmaWarps);
     for (int i = 0; i < Config::kQStages; ++i) {
-      dash::sm90::mbarrier_init(&s.q_full[i], 1);
-      dash::sm90::mbarrier_init(&s.q_empty[i], Config::kMmaWarps);
+      mbarrier_init(&s.q_full[i], 1);
+      mbarrier_init(&s.q_empty[i], Config::kMmaWarps);
     }
     for (int i = 0; i < kDqStages; ++i) {
-      dash::sm90::mbarrier_init(&s.dq_full[i], Config::kMmaThreads);  // as the mma.sync kernel: every thread
-      dash::sm90::mbarrier_init(&s.dq_empty[i], 32);                  // every lane of its store warp
+      mbarrier_init(&s.dq_full[i], Config::kMmaThreads);  // every MMA thread
+      mbarrier_init(&s.dq_empty[i], 32);                  // every lane of its store warp
     }
-    cutlass::arch::fence_barrier_init();  // make the initialised barriers visible to the TMA unit
+    mbarrier_fence_init();  // make the initialised barriers visible to the other threads and the TMA unit
   }
   // The only full-CTA barrier: no thread touches a barrier or counter before it is initialised.
   __syncthreads();
@@ -717,16 +688,16 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         cute::prefetch_tma_descriptor(P.tma_do.get_tma_descriptor());
         cute::prefetch_tma_descriptor(P.tma_k.get_tma_descriptor());
         cute::prefetch_tma_descriptor(P.tma_v.get_tma_descriptor());
-        wg_produce(P, s);
+        produce(P, s);
       }
     } else if (warp <= Config::kStoreWarps) {
-      store_warp_loop<Config::kHeadDim, WgSmem<Config>, Config::kStoreWarps>(P.base, s, warp - 1);
+      store_warp_loop<Config::kHeadDim, BwdSmem<Config>>(P.base, s, warp - 1);
     }
     // Warp 3 exits; warp 0's other lanes exit (nothing after this waits for them).
   } else {
     cutlass::arch::warpgroup_reg_alloc<Config::kMmaRegisters>();
-    wg_mma(P, s, int(threadIdx.x) - 128);
+    mma_warpgroups(P, s, int(threadIdx.x) - 128);
   }
 }
 
-}  // namespace dash::cuda::bwd::wgmma
+}  // namespace dash::hopper::bwd

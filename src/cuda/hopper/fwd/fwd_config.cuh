@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// fwd_sm90_config.cuh — everything the Hopper forward kernel fixes at compile time, derived from its only two
-// template parameters (head dim, element type): tile sizes, warpgroup roles and register budgets, shared-memory
-// layouts, the wgmma tiled MMAs, the TMA copy types, the kernel parameters and the shared-memory map.
+// hopper/fwd/fwd_config.cuh — everything the Hopper forward kernel fixes at compile time, derived from its only
+// two template parameters (head dim, element type): tile sizes (a row of dash/kernel_table.hpp), warpgroup roles
+// and register budgets, shared-memory layouts, the wgmma tiled MMAs, the TMA copy types, the kernel parameters
+// and the shared-memory map.
 //
-// Adding a head dim (96, 192, 256) means adding a row to FwdTileSizes: the smem atom, MMA shapes and TMA boxes
-// below all follow from (kHeadDim, kBlockN, kStages). Keep the smem total under 227 KB and the consumer's
-// live registers (S: kBlockN / 2, P: kBlockN / 4, O: kHeadDim / 2 per thread) under kConsumerRegisters.
+// Adding a head dim means adding a row to dash/kernel_table.hpp: the smem atom, MMA shapes and TMA boxes below
+// all follow from (kHeadDim, kBlockN, kStages). Keep the smem total under 227 KB and the consumer's live
+// registers (S: kBlockN / 2, P: kBlockN / 4, O: kHeadDim / 2 per thread) under kConsumerRegisters.
 #pragma once
 
 #include <cstdint>
@@ -17,62 +18,12 @@
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cutlass/numeric_types.h>
 
-#include "sm90_primitives.cuh"  // launch_register_pool
+#include "dash/attention_mask.hpp"
+#include "dash/kernel_table.hpp"
+#include "hopper/sync.cuh"           // launch_register_pool
+#include "hopper/warpgroup_mma.cuh"  // k_major_smem_atom
 
-namespace dash::sm90 {
-
-// Tile sizes by head dim. kBlockM is fixed by the warpgroup split (2 consumer warpgroups x 64 rows).
-// kBlockN trades registers (the S tile lives in registers) for fewer, longer iterations.
-template <int kHeadDim>
-struct FwdTileSizes;
-template <>
-struct FwdTileSizes<64> {
-#ifdef DASH_FWD_BLOCK_N_HDIM64  // tuning experiments only (scripts/gpu_check.sh); not a supported option
-  static constexpr int kBlockN = DASH_FWD_BLOCK_N_HDIM64;
-#else
-  static constexpr int kBlockN = 128;
-#endif
-#ifdef DASH_FWD_STAGES_HDIM64
-  static constexpr int kStages = DASH_FWD_STAGES_HDIM64;
-#else
-  static constexpr int kStages = 2;
-#endif
-  // exp2 saturates MUFU at hdim 64 (as many exp2 per tile as the tensor cores need clocks): 1 in 8 on the
-  // FMA pipe measured +3-27% (largest at short sequences); 1 in 4 was slower (issue-bound).
-#ifdef DASH_FWD_EXP2_POLY_EVERY_HDIM64
-  static constexpr int kExp2PolyEvery = DASH_FWD_EXP2_POLY_EVERY_HDIM64;
-#else
-  static constexpr int kExp2PolyEvery = 8;
-#endif
-};
-template <>
-struct FwdTileSizes<128> {
-#ifdef DASH_FWD_BLOCK_N_HDIM128
-  static constexpr int kBlockN = DASH_FWD_BLOCK_N_HDIM128;
-#else
-  static constexpr int kBlockN = 128;
-#endif
-#ifdef DASH_FWD_STAGES_HDIM128
-  static constexpr int kStages = DASH_FWD_STAGES_HDIM128;
-#else
-  static constexpr int kStages = 2;
-#endif
-  static constexpr int kExp2PolyEvery = 0;  // exp2 is not the bottleneck at hdim 128
-};
-
-// The 16-byte-row-chunk swizzle atom for a K-major tile whose rows hold kRowElems elements: the widest
-// swizzle (128 / 64 / 32 bytes) that divides the row, as wgmma and TMA both require.
-template <class Element, int kRowElems>
-CUTE_HOST_DEVICE constexpr auto k_major_smem_atom() {
-  constexpr int kRowBytes = kRowElems * int(sizeof(Element));
-  if constexpr (kRowBytes % 128 == 0) {
-    return cute::GMMA::Layout_K_SW128_Atom<Element>{};
-  } else if constexpr (kRowBytes % 64 == 0) {
-    return cute::GMMA::Layout_K_SW64_Atom<Element>{};
-  } else {
-    return cute::GMMA::Layout_K_SW32_Atom<Element>{};
-  }
-}
+namespace dash::hopper::fwd {
 
 template <int kHeadDim_, class Element_>
 struct FwdConfig {
@@ -83,10 +34,14 @@ struct FwdConfig {
   static constexpr int kConsumerWarpgroups = 2;  // each owns 64 query rows of the Q tile
   static constexpr int kRowsPerWarpgroup = 64;   // the M of one wgmma
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerWarpgroup;
-  static constexpr int kBlockN = FwdTileSizes<kHeadDim>::kBlockN;
-  static constexpr int kStages = FwdTileSizes<kHeadDim>::kStages;
-  // Every kExp2PolyEvery-th score's exp2 on the FMA pipe instead of MUFU (0: none); see exp2_polynomial.
-  static constexpr int kExp2PolyEvery = FwdTileSizes<kHeadDim>::kExp2PolyEvery;
+  // The head dim's row of the kernel table: keys per KV tile (the S tile lives in registers: wider tiles mean
+  // fewer, longer iterations), K/V ring depth, and every kExp2PolyEvery-th exp2 on the FMA pipe (0: none; see
+  // exp2_polynomial).
+  static constexpr KernelTableRow kTableRow = kernel_table_row(kHeadDim);
+  static_assert(kTableRow.head_dim == kHeadDim, "no row for this head dim in dash/kernel_table.hpp");
+  static constexpr int kBlockN = kTableRow.fwd_block_n;
+  static constexpr int kStages = kTableRow.fwd_stages;
+  static constexpr int kExp2PolyEvery = kTableRow.fwd_exp2_poly_every;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // warpgroup 0 produces, 1..2 consume
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kConsumerWarps = kConsumerThreads / 32;
@@ -95,7 +50,7 @@ struct FwdConfig {
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <=
-                    dash::sm90::launch_register_pool(kThreads),
+                    launch_register_pool(kThreads),
                 "register budgets exceed the CTA's register pool: setmaxnreg.inc would wait forever");
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "wgmma shape constraints");
   static_assert(kStages >= 2, "the consumer holds one K and one V stage while the next loads");
@@ -163,13 +118,11 @@ struct FwdParams {
   typename Config::GmemShape shape_q;   // also O's shape
   typename Config::GmemShape shape_kv;
   float* lse;                           // [batch, heads_q, seqlen_q]
-  int32_t seqlen_q;
-  int32_t seqlen_k;
+  AttentionMask mask;                   // which keys each query row sees; the sequence lengths
   int32_t heads_q;
   int32_t group_size;                   // heads_q / heads_kv
   int32_t num_m_blocks;
   int32_t num_work_tiles;               // num_m_blocks * heads_q * batch: the range of the tile loop
-  int32_t causal;                       // 0: full mask, 1: causal aligned bottom-right
   float softmax_scale;                  // natural-log units (for LSE)
   float scale_log2;                     // softmax_scale * log2(e): scores go through exp2
 };
@@ -198,4 +151,4 @@ constexpr int fwd_smem_bytes() {
   return kBytes;
 }
 
-}  // namespace dash::sm90
+}  // namespace dash::hopper::fwd

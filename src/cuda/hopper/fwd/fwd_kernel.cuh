@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// fwd_sm90_kernel.cuh — the Hopper (sm_90a) attention forward kernel: O = softmax(Q K^T * scale) V and LSE.
+// hopper/fwd/fwd_kernel.cuh — the Hopper (sm_90a) attention forward kernel: O = softmax(Q K^T * scale) V, LSE.
 //
 // A work tile is one 128-row Q tile of one (batch, query head); CTA c computes work tiles c, c + gridDim.x,
 // ... (persistent with a full mask, one tile per CTA when causal: see fwd_tile_at). Three warpgroups:
@@ -29,11 +29,12 @@
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/cutlass.h>
 
-#include "fwd_sm90_config.cuh"
-#include "fwd_sm90_softmax.cuh"
-#include "sm90_primitives.cuh"
+#include "hopper/fwd/fwd_config.cuh"
+#include "hopper/fwd/fwd_softmax.cuh"
+#include "hopper/sync.cuh"
+#include "hopper/warpgroup_mma.cuh"
 
-namespace dash::sm90 {
+namespace dash::hopper::fwd {
 
 // Hardware named-barrier ids (0 is __syncthreads).
 enum FwdNamedBarrier : uint32_t {
@@ -64,19 +65,20 @@ template <class Config>
 __device__ __forceinline__ FwdTile fwd_tile_at(FwdParams<Config> const& params, int index) {
   int const m = index % params.num_m_blocks;
   int const rest = index / params.num_m_blocks;
-  return {params.causal ? params.num_m_blocks - 1 - m : m, rest % params.heads_q, rest / params.heads_q};
+  return {params.mask.causal() ? params.num_m_blocks - 1 - m : m, rest % params.heads_q, rest / params.heads_q};
 }
 
 template <class Config>
 __device__ __forceinline__ KvTileRange kv_tile_range(FwdParams<Config> const& params, int m_block) {
   constexpr int kBlockM = Config::kBlockM;
   constexpr int kBlockN = Config::kBlockN;
-  int num_tiles = (params.seqlen_k + kBlockN - 1) / kBlockN;
-  int first_masked = params.seqlen_k / kBlockN;  // the partial tile at the end of the keys, if any
-  if (params.causal) {
-    int const diagonal_offset = params.seqlen_k - params.seqlen_q;  // query i sees keys j <= i + offset
+  AttentionMask const& mask = params.mask;
+  int num_tiles = (mask.seqlen_k + kBlockN - 1) / kBlockN;
+  int first_masked = mask.seqlen_k / kBlockN;  // the partial tile at the end of the keys, if any
+  if (mask.causal()) {
+    int const diagonal_offset = mask.diagonal_offset();  // query i sees keys j <= i + offset
     // Keys visible to the last real row of the tile bound the tiles to load ...
-    int const last_row = min(params.seqlen_q, (m_block + 1) * kBlockM) - 1;
+    int const last_row = min(mask.seqlen_q, (m_block + 1) * kBlockM) - 1;
     int const keys_of_last_row = last_row + diagonal_offset + 1;
     num_tiles = keys_of_last_row <= 0 ? 0 : min(num_tiles, (keys_of_last_row + kBlockN - 1) / kBlockN);
     // ... and keys visible to its first row bound the tiles every row sees in full.
@@ -84,27 +86,6 @@ __device__ __forceinline__ KvTileRange kv_tile_range(FwdParams<Config> const& pa
     first_masked = min(first_masked, keys_of_first_row <= 0 ? 0 : keys_of_first_row / kBlockN);
   }
   return {num_tiles, first_masked};
-}
-
-// Issues one warpgroup's share of a tiled wgmma GEMM as one commit group; the caller waits with
-// warpgroup_wait<N>. The fences keep the compiler from moving accumulator (and register-A) accesses across
-// the asynchronous MMA.
-template <bool kZeroAccumulator, bool kARegisters, class TiledMma, class TensorA, class TensorB, class TensorC>
-__device__ __forceinline__ void warpgroup_gemm(TiledMma& mma, TensorA& a, TensorB const& b, TensorC& c) {
-  using namespace cute;
-  if constexpr (kARegisters) warpgroup_fence_operand(a);
-  warpgroup_fence_operand(c);
-  // wgmma.fence: register writes made before this point (P, the rescaled O) are visible to the MMA.
-  warpgroup_arrive();
-  mma.accumulate_ = kZeroAccumulator ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_fence_operand(c);
-  if constexpr (kARegisters) warpgroup_fence_operand(a);
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -234,7 +215,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     KvTileRange const range = kv_tile_range(params, tile.m_block);
     int const row_base = tile.m_block * kBlockM;
     auto mask_tile = [&](int n) {
-      apply_mask(scores, score_coords, row_base, n * kBlockN, params.seqlen_q, params.seqlen_k, params.causal != 0);
+      apply_mask(scores, score_coords, row_base, n * kBlockN, params.mask);
     };
     OnlineSoftmax<kRows, Config::kExp2PolyEvery> softmax(params.scale_log2);
     float o_rescale[kRows];
@@ -296,11 +277,11 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     softmax.finalize(params.softmax_scale, inv_sum, lse);
     scale_rows(output, inv_sum);
     if (get<1>(output_coords(0, 0)) == 0) {  // the lane of each quad that holds column 0 writes the row's LSE
-      float* lse_head = params.lse + (int64_t(tile.batch) * params.heads_q + tile.head_q) * params.seqlen_q;
+      float* lse_head = params.lse + (int64_t(tile.batch) * params.heads_q + tile.head_q) * params.mask.seqlen_q;
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         int const row = row_base + get<0>(output_coords(r, 0));
-        if (row < params.seqlen_q) lse_head[row] = lse[r];
+        if (row < params.mask.seqlen_q) lse_head[row] = lse[r];
       }
     }
     Tensor rO = make_tensor<Element>(tOrO.layout());
@@ -330,7 +311,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
 
 template <class Config>
 __global__ void __launch_bounds__(Config::kThreads, 1)
-    attention_fwd_sm90(CUTE_GRID_CONSTANT FwdParams<Config> const params) {
+    forward_kernel(CUTE_GRID_CONSTANT FwdParams<Config> const params) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // 128-byte swizzled tiles need 1024-byte alignment; the host asked for 1 KB of slack.
   auto& smem = *reinterpret_cast<FwdSharedStorage<Config>*>(
@@ -349,7 +330,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       mbarrier_init(&smem.k_empty[s], Config::kConsumerWarps);
       mbarrier_init(&smem.v_empty[s], Config::kConsumerWarps);
     }
-    cutlass::arch::fence_barrier_init();  // make the initialised barriers visible to the TMA unit
+    mbarrier_fence_init();  // make the initialised barriers visible to the TMA unit
   }
   // No thread may touch a barrier before it is initialised.
   __syncthreads();
@@ -368,4 +349,4 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   }
 }
 
-}  // namespace dash::sm90
+}  // namespace dash::hopper::fwd

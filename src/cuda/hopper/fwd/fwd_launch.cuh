@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// fwd_sm90_launch.cuh — host side of the Hopper forward kernel: turns a validated FwdLaunch into kernel
+// hopper/fwd/fwd_launch.cuh — host side of the Hopper forward kernel: turns a validated FwdLaunch into kernel
 // parameters (TMA descriptors over the caller's strided tensors), picks the grid and launches on the caller's
-// stream. Included only by the per-instantiation .cu files. Policy (validation, defaults) lives in
-// fwd_api.cpp; this file only translates.
+// stream. Included only by the generated instantiation files (src/cuda/CMakeLists.txt). Policy (validation,
+// defaults) lives in fwd_api.cpp; this file only translates.
 #pragma once
 
 #include <algorithm>
@@ -13,33 +13,23 @@
 
 #include <cuda_runtime_api.h>
 
-#include "fwd_dispatch.h"
-#include "fwd_sm90_config.cuh"
-#include "fwd_sm90_kernel.cuh"
-#include "tma_host.cuh"
+#include "hopper/element_types.cuh"
+#include "hopper/entry_points.h"
+#include "hopper/fwd/fwd_config.cuh"
+#include "hopper/fwd/fwd_kernel.cuh"
+#include "hopper/tma_host.cuh"
 
-namespace dash::cuda {
-
-template <dash_dtype kDtype>
-struct ElementOf;
-template <>
-struct ElementOf<DASH_DTYPE_BF16> {
-  using type = cute::bfloat16_t;
-};
-template <>
-struct ElementOf<DASH_DTYPE_FP16> {
-  using type = cute::half_t;
-};
+namespace dash::hopper::fwd {
 
 template <int kHeadDim, dash_dtype kDtype>
-int fwd_sm90_smem_bytes() {
-  return sm90::fwd_smem_bytes<sm90::FwdConfig<kHeadDim, typename ElementOf<kDtype>::type>>();
+int smem_bytes() {
+  return fwd_smem_bytes<FwdConfig<kHeadDim, typename CuteElement<kDtype>::type>>();
 }
 
 template <int kHeadDim, dash_dtype kDtype>
-dash_status run_fwd_sm90(FwdLaunch const& launch, std::string& error) {
+dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
   using namespace cute;
-  using Config = sm90::FwdConfig<kHeadDim, typename ElementOf<kDtype>::type>;
+  using Config = FwdConfig<kHeadDim, typename CuteElement<kDtype>::type>;
   dash_fwd_args const& a = launch.args;
   dash_problem const& pr = a.problem;
 
@@ -64,7 +54,7 @@ dash_status run_fwd_sm90(FwdLaunch const& launch, std::string& error) {
     error = std::string("cudaDeviceGetAttribute(MultiProcessorCount): ") + cudaGetErrorString(status);
     return DASH_ERROR_CUDA;
   }
-  sm90::FwdParams<Config> params{
+  FwdParams<Config> params{
       make_tma_copy(SM90_TMA_LOAD{}, gQ, typename Config::SmemLayoutQ{}),
       make_tma_copy(SM90_TMA_LOAD{}, gK, typename Config::SmemLayoutKVStage{}),
       make_tma_copy(SM90_TMA_LOAD{}, gV, typename Config::SmemLayoutKVStage{}),
@@ -72,13 +62,11 @@ dash_status run_fwd_sm90(FwdLaunch const& launch, std::string& error) {
       gQ.shape(),
       gK.shape(),
       a.lse,
-      pr.seqlen_q,
-      pr.seqlen_k,
+      AttentionMask::of(pr),
       pr.heads_q,
       pr.heads_q / pr.heads_kv,
       num_m_blocks,
       int32_t(num_tiles),
-      pr.mask_kind == DASH_MASK_CAUSAL ? 1 : 0,
       a.softmax_scale,
       float(double(a.softmax_scale) * 1.4426950408889634),  // log2(e)
   };
@@ -92,8 +80,8 @@ dash_status run_fwd_sm90(FwdLaunch const& launch, std::string& error) {
     return s;
   }
 
-  auto kernel = sm90::attention_fwd_sm90<Config>;
-  int const smem_bytes = sm90::fwd_smem_bytes<Config>();
+  auto kernel = forward_kernel<Config>;
+  int const smem_bytes = fwd_smem_bytes<Config>();
   // Per call, not cached: the attribute is per device, and this is a cheap host-side call that is legal
   // during stream capture.
   status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
@@ -107,15 +95,16 @@ dash_status run_fwd_sm90(FwdLaunch const& launch, std::string& error) {
   kernel<<<grid, Config::kThreads, smem_bytes, launch.stream>>>(params);
   status = cudaGetLastError();
   if (status != cudaSuccess) {
-    error = std::string("launch of attention_fwd_sm90<hdim ") + std::to_string(kHeadDim) + ">: " +
+    error = std::string("launch of the Hopper forward kernel <head dim ") + std::to_string(kHeadDim) + ">: " +
             cudaGetErrorString(status);
     return DASH_ERROR_CUDA;
   }
   return DASH_OK;
 }
 
-}  // namespace dash::cuda
+}  // namespace dash::hopper::fwd
 
-#define DASH_INSTANTIATE_FWD_SM90(HDIM, DTYPE)                                                           \
-  template dash_status dash::cuda::run_fwd_sm90<HDIM, DTYPE>(dash::cuda::FwdLaunch const&, std::string&); \
-  template int dash::cuda::fwd_sm90_smem_bytes<HDIM, DTYPE>();
+// One (head dim, dtype) of the forward: what each generated instantiation file expands.
+#define DASH_INSTANTIATE_HOPPER_FWD(HDIM, DTYPE)                                                               \
+  template dash_status dash::hopper::fwd::run<HDIM, DTYPE>(dash::kernels::FwdLaunch const&, std::string&); \
+  template int dash::hopper::fwd::smem_bytes<HDIM, DTYPE>();

@@ -1,59 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
-// fwd_sm90_softmax.cuh — the per-thread math between the two GEMMs of the forward kernel: views of the wgmma
-// accumulator as (row, column), the causal / key-length mask, and the online softmax (running row max and
-// row sum, exp2 with log2(e) folded into the scale).
-//
-// Accumulator facts used here (CuTe's CLayout_64xN for a 64xN wgmma): each thread holds values
-// ((2 columns, 2 rows, N/8 column chunks), MMA_M, MMA_N). The two rows are r and r + 8; the 4 lanes of a
-// quad hold the same rows, so a row reduction is a thread-local reduction plus two shuffles. The register
-// A operand of a 64x16 wgmma has values (2 columns, 2 rows, 2 k-halves) in the same order, so 16 columns of
-// S are exactly one k-step of P: P can feed O += P V without moving between threads.
+// hopper/fwd/fwd_softmax.cuh — the per-thread math between the two GEMMs of the forward kernel: the mask (from
+// dash::AttentionMask) and the online softmax (running row max and row sum, exp2 with log2(e) folded into the
+// scale). The accumulator views it relies on are in hopper/warpgroup_mma.cuh.
 #pragma once
 
 #include <cmath>
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cute/tensor.hpp>
 
-#include "sm90_primitives.cuh"
+#include "dash/attention_mask.hpp"
+#include "hopper/fast_math.cuh"
+#include "hopper/ptx.cuh"  // pack_pair
 
-namespace dash::sm90 {
-
-// ((2 cols, 2 rows, V), MMA_M, MMA_N) -> ((2 rows, MMA_M), (2 cols, V, MMA_N)).
-template <class Layout>
-CUTE_HOST_DEVICE constexpr auto accumulator_rows_cols(Layout const& acc) {
-  using namespace cute;
-  auto values = layout<0>(acc);
-  return make_layout(make_layout(layout<1>(values), layout<1>(acc)),
-                     make_layout(layout<0>(values), layout<2>(values), layout<2>(acc)));
-}
-
-// ((2 cols, 2 rows, V), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M, (V / 2, MMA_N)): pairs of 8-column chunks become
-// the k-halves of one 16-wide k-step of the register A operand.
-template <class Layout>
-CUTE_HOST_DEVICE constexpr auto accumulator_as_a_operand(Layout const& acc) {
-  using namespace cute;
-  auto values = layout<0>(acc);
-  auto chunk_pairs = logical_divide(layout<2>(values), Int<2>{});  // (2, V / 2)
-  return make_layout(make_layout(layout<0>(values), layout<1>(values), layout<0>(chunk_pairs)), layout<1>(acc),
-                     make_layout(layout<1>(chunk_pairs), layout<2>(acc)));
-}
+namespace dash::hopper::fwd {
 
 // Sets to -inf the scores of keys a query row may not see. `coords` holds each register's (row, column)
 // inside the (kBlockM x kBlockN) tile; row_base / col_base place the tile in the sequences.
-// Visible: column < seqlen_k and, when causal, column <= row + (seqlen_k - seqlen_q).
+// Visible: column < mask.key_end(row) (the forward kernel runs full and causal masks, whose first key is 0).
 template <class ScoresRC, class CoordsRC>
 __device__ __forceinline__ void apply_mask(ScoresRC& scores, CoordsRC const& coords, int row_base, int col_base,
-                                           int seqlen_q, int seqlen_k, bool causal) {
+                                           AttentionMask const& mask) {
   using namespace cute;
   CUTE_UNROLL
   for (int r = 0; r < size<0>(scores); ++r) {
     int const row = row_base + get<0>(coords(r, 0));
-    int col_limit = seqlen_k;
-    if (causal) col_limit = min(col_limit, row + 1 + seqlen_k - seqlen_q);
-    col_limit -= col_base;  // in tile-local columns
+    int const col_limit = mask.key_end(row) - col_base;  // in tile-local columns
     CUTE_UNROLL
     for (int c = 0; c < size<1>(scores); ++c) {
       if (get<1>(coords(r, c)) >= col_limit) scores(r, c) = -INFINITY;
@@ -148,20 +119,6 @@ __device__ __forceinline__ void scale_rows(OutputRC& out, float const (&factor)[
   }
 }
 
-// Two fp32 values -> one register holding two Element values (cvt.rn.{bf16,f16}x2.f32: round to nearest).
-template <class Element>
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack_pair<cute::bfloat16_t>(float lo, float hi) {
-  __nv_bfloat162 const v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t const*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack_pair<cute::half_t>(float lo, float hi) {
-  __half2 const v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t const*>(&v);
-}
-
 // fp32 -> Element for two register tensors of the same compact layout, two values per instruction.
 template <class TensorDst, class TensorSrc>
 __device__ __forceinline__ void convert_to_element(TensorDst& dst, TensorSrc const& src) {
@@ -173,4 +130,4 @@ __device__ __forceinline__ void convert_to_element(TensorDst& dst, TensorSrc con
   for (int i = 0; i < size(dst_pairs); ++i) dst_pairs(i) = pack_pair<Element>(src(2 * i), src(2 * i + 1));
 }
 
-}  // namespace dash::sm90
+}  // namespace dash::hopper::fwd

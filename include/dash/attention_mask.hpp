@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+// dash/attention_mask.hpp — which keys a query row sees: the one definition of the mask that the forward and
+// backward kernels, the planner's tile geometry (dash/geometry.hpp) and the CPU backend read.
+//
+// Query row i sees key j iff key_begin(i) <= j < key_end(i), with the band aligned bottom-right as
+// FlashAttention aligns it (offset = seqlen_k - seqlen_q):
+//   full:   every key;
+//   causal: j <= i + offset;
+//   window: i + offset - left <= j <= i + offset + right, an unbounded side (-1) dropped.
+// A row whose range is empty sees no key (O = 0, LSE = -inf, no gradient). Per-sequence offsets for packed
+// variable-length batches will live here too, so that the kernels keep asking the mask and nothing else.
+#pragma once
+
+#include <cstdint>
+
+#include "dash/plan_format.h"  // dash_mask_kind, DASH_HOST_DEVICE
+
+namespace dash {
+
+struct AttentionMask {
+  int32_t kind;          // dash_mask_kind
+  int32_t seqlen_q, seqlen_k;
+  int32_t window_left;   // DASH_MASK_WINDOW only; -1 = unbounded
+  int32_t window_right;  // DASH_MASK_WINDOW only; -1 = unbounded
+
+  DASH_HOST_DEVICE static AttentionMask of(const dash_problem& p) {
+    return {p.mask_kind, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+  }
+
+  DASH_HOST_DEVICE bool causal() const { return kind == DASH_MASK_CAUSAL; }
+  // Bottom-right alignment: the diagonal of row i is key i + diagonal_offset().
+  DASH_HOST_DEVICE int32_t diagonal_offset() const { return seqlen_k - seqlen_q; }
+  // The band's sides: a bounded side limits the keys to within left / right of the diagonal.
+  DASH_HOST_DEVICE bool left_bounded() const { return kind == DASH_MASK_WINDOW && window_left >= 0; }
+  DASH_HOST_DEVICE bool right_bounded() const {
+    return kind == DASH_MASK_CAUSAL || (kind == DASH_MASK_WINDOW && window_right >= 0);
+  }
+  DASH_HOST_DEVICE int32_t left() const { return window_left; }
+  DASH_HOST_DEVICE int32_t right() const { return kind == DASH_MASK_CAUSAL ? 0 : window_right; }
+
+  // First key row `row` sees, clipped to 0.
+  DASH_HOST_DEVICE int32_t key_begin(int32_t row) const {
+    const int32_t first = row + diagonal_offset() - left();
+    return left_bounded() && first > 0 ? first : 0;
+  }
+  // One past the last key row `row` sees, clipped to seqlen_k (<= key_begin(row) when it sees none).
+  DASH_HOST_DEVICE int32_t key_end(int32_t row) const {
+    int32_t end = seqlen_k;
+    if (right_bounded()) {
+      const int32_t band_end = row + 1 + diagonal_offset() + right();
+      end = band_end < end ? band_end : end;
+    }
+    return end;
+  }
+};
+
+}  // namespace dash

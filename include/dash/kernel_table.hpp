@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// dash/kernel_table.hpp — THE table of the head dims the kernels are built for, with their tile shapes.
+//
+// One row per head dim. Everything that depends on the head dim reads it from here:
+//   * the planner's tiles (dash::default_backward_tiles), so plans match the backward kernel by construction;
+//   * the list of supported head dims (dash::kernel_head_dims, dash_supported_head_dims in the C ABI), which the
+//     GPU entry points, the CPU backend, the Python package and the CLI check against;
+//   * the kernels' compile-time tile structs (src/cuda/hopper/fwd/fwd_config.cuh, src/cuda/bwd/bwd_params.h);
+//   * the kernel instantiations: src/cuda/CMakeLists.txt reads the DASH_KERNEL_ROW lines below and generates one
+//     .cu file per (head dim, dtype) and pass, and the dispatchers iterate over the same rows.
+// Adding a head dim is one more row (and whatever the kernels need to support it: see docs/design.md).
+#pragma once
+
+#include <cstdint>
+
+// DASH_KERNEL_ROW(head_dim, bwd_block_m, bwd_block_n, fwd_block_n, fwd_stages, fwd_exp2_poly_every)
+//   bwd_block_m x bwd_block_n: query rows x keys of the backward's (and the plan's) tiles.
+//   fwd_block_n: keys per forward KV tile (the S tile lives in registers); fwd_stages: K/V ring depth.
+//   fwd_exp2_poly_every: every n-th exp2 of the forward on the FMA pipe instead of MUFU (0: none). At head dim 64
+//     MUFU saturates (as many exp2 per tile as the tensor cores need clocks): 1 in 8 measured +3-27%.
+// Backward tiles: 128-row Q tiles fit the registers at head dim <= 64; at 128 the dK/dV accumulators
+// (2 x 128 x head_dim fp32 over two warpgroups) leave room for 64-row Q tiles only.
+#define DASH_KERNEL_TABLE(DASH_KERNEL_ROW) \
+  DASH_KERNEL_ROW(64, 128, 128, 128, 2, 8) \
+  DASH_KERNEL_ROW(128, 64, 128, 128, 2, 0)
+
+namespace dash {
+
+struct KernelTableRow {
+  int32_t head_dim;
+  int32_t bwd_block_m, bwd_block_n;
+  int32_t fwd_block_n, fwd_stages, fwd_exp2_poly_every;
+};
+
+#define DASH_KERNEL_TABLE_ENTRY(hd, bm, bn, fbn, fst, fpoly) KernelTableRow{hd, bm, bn, fbn, fst, fpoly},
+inline constexpr KernelTableRow kKernelTable[] = {DASH_KERNEL_TABLE(DASH_KERNEL_TABLE_ENTRY)};
+#undef DASH_KERNEL_TABLE_ENTRY
+inline constexpr int kKernelTableRows = int(sizeof(kKernelTable) / sizeof(kKernelTable[0]));
+
+// The row of `head_dim`; a head dim without a row gives {0, ...} (callers check head_dim != 0).
+constexpr KernelTableRow kernel_table_row(int32_t head_dim) {
+  for (const KernelTableRow& row : kKernelTable)
+    if (row.head_dim == head_dim) return row;
+  return KernelTableRow{0, 0, 0, 0, 0, 0};
+}
+
+}  // namespace dash

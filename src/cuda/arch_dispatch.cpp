@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+// arch_dispatch.cpp — see arch_dispatch.h.
+#include "arch_dispatch.h"
+
+#include <type_traits>
+#include <utility>
+
+#include "dash/kernel_table.hpp"
+#include "hopper/entry_points.h"
+
+namespace dash::kernels {
+namespace {
+
+// Calls f(head dim, dtype) with both as compile-time constants for the row of the kernel table that holds
+// `head_dim`; DASH_ERROR_UNSUPPORTED if none does (the entry points check the head dim first).
+template <class F, size_t... Row>
+dash_status with_row(int32_t head_dim, dash_dtype dtype, F&& f, std::index_sequence<Row...>) {
+  dash_status status = DASH_ERROR_UNSUPPORTED;
+  auto try_row = [&](auto hd) {
+    if (decltype(hd)::value != head_dim) return;
+    using Bf16 = std::integral_constant<dash_dtype, DASH_DTYPE_BF16>;
+    using Fp16 = std::integral_constant<dash_dtype, DASH_DTYPE_FP16>;
+    status = dtype == DASH_DTYPE_BF16 ? f(hd, Bf16{}) : f(hd, Fp16{});
+  };
+  (try_row(std::integral_constant<int, kKernelTable[Row].head_dim>{}), ...);
+  return status;
+}
+template <class F>
+dash_status with_instantiation(int32_t head_dim, dash_dtype dtype, F&& f) {
+  return with_row(head_dim, dtype, std::forward<F>(f), std::make_index_sequence<kKernelTableRows>{});
+}
+
+}  // namespace
+
+dash_status current_kernel_family(const char* what, KernelFamily& family, std::string& error) {
+  int device = 0, major = 0, minor = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear the (non-sticky) error the failed query recorded
+    error = std::string("cudaDeviceGetAttribute(compute capability): ") + cudaGetErrorString(status);
+    return DASH_ERROR_CUDA;
+  }
+  if (major == 9 && minor == 0) {
+    family = KernelFamily::kHopper;
+    return DASH_OK;
+  }
+  error = "device " + std::to_string(device) + ": compute capability " + std::to_string(major) + "." +
+          std::to_string(minor) + "; the " + what + " is built for sm_90a (Hopper) only";
+  return DASH_ERROR_UNSUPPORTED;
+}
+
+dash_status run_forward(KernelFamily family, const FwdLaunch& launch, std::string& error) {
+  switch (family) {
+    case KernelFamily::kHopper:
+      return with_instantiation(launch.args.problem.head_dim, launch.args.dtype, [&](auto hd, auto dt) {
+        return hopper::fwd::run<decltype(hd)::value, decltype(dt)::value>(launch, error);
+      });
+  }
+  error = "forward: unknown kernel family";
+  return DASH_ERROR_UNSUPPORTED;
+}
+
+dash_status run_backward(KernelFamily family, const bwd::BwdParams& params, int32_t head_dim, dash_dtype dtype,
+                         int32_t num_ctas, bool cooperative, cudaStream_t stream, std::string& error) {
+  switch (family) {
+    case KernelFamily::kHopper:
+      return with_instantiation(head_dim, dtype, [&](auto hd, auto dt) {
+        return hopper::bwd::run<decltype(hd)::value, decltype(dt)::value>(params, num_ctas, cooperative, stream,
+                                                                           error);
+      });
+  }
+  error = "backward: unknown kernel family";
+  return DASH_ERROR_UNSUPPORTED;
+}
+
+dash_status backward_max_coresident(KernelFamily family, int32_t head_dim, dash_dtype dtype, int32_t& max_ctas,
+                                    std::string& error) {
+  switch (family) {
+    case KernelFamily::kHopper:
+      return with_instantiation(head_dim, dtype, [&](auto hd, auto dt) {
+        return hopper::bwd::max_coresident<decltype(hd)::value, decltype(dt)::value>(max_ctas, error);
+      });
+  }
+  error = "backward: unknown kernel family";
+  return DASH_ERROR_UNSUPPORTED;
+}
+
+}  // namespace dash::kernels

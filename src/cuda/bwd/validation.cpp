@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+// bwd/validation.cpp — see validation.h.
+#include "bwd/validation.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "api_error.h"
+#include "bwd/plan_handle.h"
+#include "dash/geometry.hpp"
+#include "tensor_checks.h"
+
+namespace dash::kernels::bwd {
+namespace {
+
+using capi::fail;
+
+bool same_problem(const dash_problem& a, const dash_problem& b) {
+  return a.batch == b.batch && a.heads_q == b.heads_q && a.heads_kv == b.heads_kv && a.seqlen_q == b.seqlen_q &&
+         a.seqlen_k == b.seqlen_k && a.head_dim == b.head_dim && a.mask_kind == b.mask_kind &&
+         (a.mask_kind != DASH_MASK_WINDOW ||
+          (a.window_left == b.window_left && a.window_right == b.window_right));
+}
+
+std::string describe(const dash_problem& p) {
+  return "batch=" + std::to_string(p.batch) + " heads_q=" + std::to_string(p.heads_q) +
+         " heads_kv=" + std::to_string(p.heads_kv) + " seqlen_q=" + std::to_string(p.seqlen_q) +
+         " seqlen_k=" + std::to_string(p.seqlen_k) + " head_dim=" + std::to_string(p.head_dim) +
+         " mask_kind=" + std::to_string(p.mask_kind);
+}
+
+}  // namespace
+
+dash_status validate(const dash_bwd_args* args, dash_plan_t plan, dash_bwd_args& a) {
+  if (args == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "args: null pointer");
+  if (dash_status s = check_plan(plan); s != DASH_OK) return s;
+  a = *args;
+  const dash_problem& p = a.problem;
+  const dash_plan_header& h = plan->header;
+  if (!same_problem(p, h.problem)) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT, "args.problem: differs from the plan's problem (args: " + describe(p) +
+                                                 "; plan: " + describe(h.problem) + ")");
+  }
+  // The problem passed dash_check_problem when the plan was created (head dim, mask, size limits).
+  const dash::TileShape tiles = dash::default_backward_tiles(p.head_dim);
+  if (h.block_m != tiles.block_m || h.block_n != tiles.block_n) {
+    return fail(DASH_ERROR_UNSUPPORTED, "plan: tiles " + std::to_string(h.block_m) + "x" + std::to_string(h.block_n) +
+                                            " differ from the kernel's " + std::to_string(tiles.block_m) + "x" +
+                                            std::to_string(tiles.block_n) + " for head_dim " +
+                                            std::to_string(p.head_dim));
+  }
+  if (a.dtype != DASH_DTYPE_BF16 && a.dtype != DASH_DTYPE_FP16) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT, "dtype: unknown value " + std::to_string(int(a.dtype)));
+  }
+  if (!std::isfinite(a.softmax_scale) || a.softmax_scale < 0.f) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT, "softmax_scale: must be finite and > 0, or 0 for 1/sqrt(head_dim) (got " +
+                                                 std::to_string(a.softmax_scale) + ")");
+  }
+  if (a.softmax_scale == 0.f) a.softmax_scale = float(1.0 / std::sqrt(double(p.head_dim)));
+  struct Operand {
+    const char* name;
+    dash_tensor* t;
+    int32_t seqlen, heads;
+    bool is_output;
+  } ops[] = {{"q", &a.q, p.seqlen_q, p.heads_q, false},      {"k", &a.k, p.seqlen_k, p.heads_kv, false},
+             {"v", &a.v, p.seqlen_k, p.heads_kv, false},     {"o", &a.o, p.seqlen_q, p.heads_q, false},
+             {"dout", &a.dout, p.seqlen_q, p.heads_q, false}, {"dq", &a.dq, p.seqlen_q, p.heads_q, true},
+             {"dk", &a.dk, p.seqlen_k, p.heads_kv, true},     {"dv", &a.dv, p.seqlen_k, p.heads_kv, true}};
+  for (Operand& op : ops) {
+    std::string error;
+    if (dash_status s = check_tensor(op.name, *op.t, p.batch, op.seqlen, op.heads, p.head_dim, op.is_output, error);
+        s != DASH_OK) {
+      return fail(s, error);
+    }
+  }
+  if (a.lse == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "lse: null pointer");
+  if (reinterpret_cast<uintptr_t>(a.lse) % 4 != 0) return fail(DASH_ERROR_INVALID_ARGUMENT, "lse: must be 4-byte aligned");
+  if (a.debug_order_log != nullptr && reinterpret_cast<uintptr_t>(a.debug_order_log) % 8 != 0) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT, "debug_order_log: must be 8-byte aligned");
+  }
+  const int64_t tickets = int64_t(h.num_units) * h.items_per_unit;
+  if (tickets >= (int64_t(1) << 31) - int64_t(h.num_ctas) - 1) {
+    return fail(DASH_ERROR_UNSUPPORTED, "plan: " + std::to_string(tickets) + " tickets exceed the 32-bit ticket counter");
+  }
+  return DASH_OK;
+}
+
+}  // namespace dash::kernels::bwd

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// bwd/workspace.cpp — the backward's device workspace: its regions (counters, delta, LSE2, the fp32 dQ
+// accumulators and, for split-head GQA, the dK/dV accumulators) and dash_bwd_workspace_size.
+#include <cstddef>
+
+#include "api_error.h"
+#include "bwd/bwd_params.h"
+#include "bwd/plan_handle.h"
+#include "bwd/validation.h"
+
+namespace dash::kernels::bwd {
+
+BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& p, const dash_plan_header& h) {
+  auto align = [](size_t n) { return (n + 255) / 256 * 256; };
+  const size_t dq_accumulators = size_t(p.batch) * p.heads_q * h.num_q_tiles;
+  const size_t kv_tiles = size_t(p.batch) * p.heads_kv * h.num_kv_tiles;
+  const bool split_dkv = h.gqa_mode == DASH_GQA_SPLIT_HEADS && h.group_size > 1;
+  BwdWorkspaceLayout w;
+  size_t at = 0;
+  w.ticket = at;
+  at = align(at + sizeof(int32_t));
+  w.dq_counters = at;
+  at = align(at + dq_accumulators * sizeof(int32_t));
+  w.dkv_counters = at;
+  at = align(at + (split_dkv ? kv_tiles * sizeof(int32_t) : 0));
+  w.counters_end = at;
+  w.delta = at;
+  at = align(at + dq_accumulators * h.block_m * sizeof(float));
+  w.lse_log2 = at;
+  at = align(at + dq_accumulators * h.block_m * sizeof(float));
+  w.dq_accum = at;
+  at = align(at + dq_accumulators * h.block_m * p.head_dim * sizeof(float));
+  w.dk_accum = at;
+  at = align(at + (split_dkv ? kv_tiles * h.block_n * p.head_dim * sizeof(float) : 0));
+  w.dv_accum = at;
+  at = align(at + (split_dkv ? kv_tiles * h.block_n * p.head_dim * sizeof(float) : 0));
+  w.total = at;
+  return w;
+}
+
+}  // namespace dash::kernels::bwd
+
+extern "C" size_t dash_bwd_workspace_size(const dash_bwd_args* args, dash_plan_t plan) {
+  dash::capi::set_last_error("");
+  dash_bwd_args a{};
+  if (dash::kernels::bwd::validate(args, plan, a) != DASH_OK) return 0;
+  return dash::kernels::bwd::bwd_workspace_layout(a.problem, plan->header).total;
+}

@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+// hopper/bwd/bwd_dq_handoff.cuh — how a visit's fp32 dQ partial leaves the CTA: the MMA warpgroups stage it in one
+// of kDqStages shared-memory buffers with a hand-off record; the buffer's store warp waits for the partial's turn
+// in its accumulator's order (deterministic mode), adds the whole tile with ONE bulk reduce-add issued by one lane,
+// and publishes the next turn. The accumulator tile has the staging layout (swz_f32), so the copy is a flat 1-D
+// range; bwd_convert undoes the swizzle. (Before the bulk hand-off, 32 lanes issued 2048 16-byte reductions per
+// tile and fenced them: docs/history/kernel-notes-bwd-wgmma.md.)
+#pragma once
+
+#include <cstdint>
+
+#include "bwd/bwd_params.h"
+#include "hopper/bwd/bwd_plan_scheduler.cuh"
+#include "hopper/ptx.cuh"
+#include "hopper/sync.cuh"
+
+namespace dash::hopper::bwd {
+
+// dQ staging buffers between the MMA warpgroups and the store warps: one store warp drains each, so one buffer's
+// hand-off (turn wait, bulk add, completion, release) overlaps the other's.
+constexpr int kDqStages = 2;
+
+// What the MMA warpgroups hand to the store warp with each dQ staging buffer.
+struct DqHandoff {
+  int32_t accumulator;  // (batch * heads_q + head) * num_q_tiles + q_tile; -1 = no more work
+  int32_t rank;         // dq_rank
+  int32_t flags;        // dash_visit_flags
+  int32_t ticket;
+  int32_t visit;        // index in the unit's visit table (order log only)
+};
+
+// Element offset of (row, col) in the row-major fp32 dQ staging tile of kCols columns: 4-float (16-byte) chunks
+// XOR-swizzled by the row's low 3 bits, so that 8 rows written together land in 8 different bank groups.
+template <int kCols>
+__device__ __forceinline__ int swz_f32(int row, int col) {
+  return row * kCols + ((((col >> 2) ^ (row & 7))) << 2) + (col & 3);
+}
+
+// The loop of store warp `store_warp` (0 .. kDqStages - 1): it drains staging buffer `store_warp`, in the order the
+// MMA warpgroups filled it (their visit order). `Smem` has the members dq, handoff, dq_full, dq_empty and
+// waits_done. The MMA threads fence.proxy.async their staging writes before their dq_full arrival (the bulk copy
+// reads shared memory through the async proxy).
+template <int kHeadDim, class Smem>
+__device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int store_warp) {
+  constexpr int kBlockM = kernels::bwd::BwdTiles<kHeadDim>::kBlockM;
+  constexpr int kTileFloats = kBlockM * kHeadDim;
+  constexpr uint32_t kTileBytes = kTileFloats * sizeof(float);
+  static_assert(kTileBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
+  const PlanScheduler plan{p};
+  const int lane = threadIdx.x % 32;
+  const int stage = store_warp;
+  for (uint32_t phase = 0;; phase ^= 1u) {
+    // WAIT (staged partial): the MMA threads' arrivals on dq_full release the staged data and the hand-off
+    // record; this wait acquires them. They fill the buffer once per visit, and their own waits end
+    // (docs/DEADLOCK.md), so this one does.
+    mbarrier_wait(&s.dq_full[stage], phase);
+    const DqHandoff h = s.handoff[stage];
+    if (h.accumulator < 0) break;  // no more work: the MMA threads keep no further handshake pending
+
+    if (lane == 0) {
+      float* accum = p.dq_accum + int64_t(h.accumulator) * kTileFloats;
+      int32_t* turn = plan.dq_turn(h.accumulator);
+      if (p.deterministic) {
+        // WAIT (dQ order). The visit of rank h.rank - 1 of this accumulator has provably been claimed by a
+        // running CTA (docs/DEADLOCK.md, "Why that suffices": with the claim rule and P >= the largest wave, or
+        // with a backward-only plan, every awaited visit belongs to a claimed item whose CTA is running and
+        // whose own earlier waits are satisfiable), so this spin ends. Rank 0 does not wait: its counter is 0
+        // (zeroed before the launch). The proxy fence extends the acquire's order to this thread's async-proxy
+        // bulk operation below (generic -> async proxy), which reads and writes the same accumulator.
+        PlanScheduler::wait_for_turn(turn, h.rank);
+        fence_proxy_async_global();
+        if (p.order_log != nullptr) {
+          p.order_log[int64_t(h.accumulator) * p.num_kv_tiles + h.rank] = (int64_t(h.ticket) << 32) | uint32_t(h.visit);
+        }
+        // This visit's wait is satisfied: the claim rule counts these (claim the next ticket only once every
+        // wait of the visits handed off so far is satisfied).
+        atomicAdd(&s.waits_done, 1);
+      }
+      // The first contribution (deterministic mode only) stores, so the accumulator needs no memset; every
+      // later one adds. In non-deterministic mode all add (the accumulator was zeroed before the launch).
+      if (p.deterministic && (h.flags & DASH_VISIT_FIRST)) {
+        bulk_copy_s2g(accum, s.dq[stage], kTileBytes);
+      } else {
+        bulk_reduce_add_s2g(accum, s.dq[stage], kTileBytes);
+      }
+      bulk_commit_group();
+      // The staging buffer may be refilled once the bulk operation has read it (.read: its global writes may
+      // still be in flight; they are awaited below before the release).
+      bulk_wait_group_read_all();
+    }
+    // Lane 0's wait above happens before every lane's arrival (warp barrier); the MMA threads acquire the
+    // arrivals before they overwrite the buffer.
+    __syncwarp();
+    mbarrier_arrive(&s.dq_empty[stage]);
+    if (lane == 0 && p.deterministic) {
+      // PUBLISH (dQ order). wait_group 0 (NOT .read: the FA3 hazard in shared/docs/fa3-and-dash-fork-notes.md) returns once
+      // the bulk operation is complete: its writes to the accumulator are performed and visible to this thread.
+      // The proxy fence orders those async-proxy writes before this thread's later generic operations, and the
+      // release is cumulative: a CTA that acquires the new value also observes the writes.
+      bulk_wait_group_all();
+      fence_proxy_async_global();
+      PlanScheduler::publish(plan.dq_turn(h.accumulator), h.rank);
+    }
+  }
+  // No bulk operation may outlive the CTA (non-deterministic mode only waited for the reads).
+  if (lane == 0) bulk_wait_group_all();
+}
+
+}  // namespace dash::hopper::bwd

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// hopper/bwd/bwd_launch.cuh — host side of the Hopper backward for one (head dim, dtype): TMA descriptors over the
+// caller's strided Q / dO / K / V, then preprocess, the plan-executing main kernel (cooperatively when the plan
+// needs co-residency) and convert, on the caller's stream. Included only by the generated instantiation files
+// (src/cuda/CMakeLists.txt). Validation and the zeroing of the workspace live in src/cuda/bwd/.
+#pragma once
+
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "hopper/bwd/bwd_kernel.cuh"
+#include "hopper/bwd/bwd_preprocess_convert.cuh"
+#include "hopper/entry_points.h"
+#include "hopper/tma_host.cuh"
+
+namespace dash::hopper::bwd {
+
+namespace detail {
+inline dash_status cuda_fail(std::string& error, const std::string& what, cudaError_t status) {
+  error = what + ": " + cudaGetErrorString(status);
+  return DASH_ERROR_CUDA;
+}
+}  // namespace detail
+
+template <int kHeadDim, dash_dtype kDtype>
+dash_status max_coresident(int32_t& max_ctas, std::string& error) {
+  using Config = BwdConfig<kHeadDim, kDtype>;
+  auto kernel = backward_kernel<Config>;
+  constexpr int kSmemBytes = smem_bytes_of<Config>();
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (status != cudaSuccess) return detail::cuda_fail(error, "cudaFuncSetAttribute(backward kernel smem)", status);
+  int per_sm = 0, device = 0, sms = 0;
+  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Config::kThreads, kSmemBytes);
+  if (status != cudaSuccess) return detail::cuda_fail(error, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", status);
+  status = cudaGetDevice(&device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (status != cudaSuccess) return detail::cuda_fail(error, "cudaDeviceGetAttribute(MultiProcessorCount)", status);
+  max_ctas = per_sm * sms;
+  return DASH_OK;
+}
+
+template <int kHeadDim, dash_dtype kDtype>
+dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, bool cooperative, cudaStream_t stream,
+                std::string& error) {
+  using namespace cute;
+  using Config = BwdConfig<kHeadDim, kDtype>;
+  using StdElement = typename Config::StdElement;
+  constexpr int kBlockM = Config::kBlockM;
+
+  // TMA descriptors over the caller's strided Q / dO / K / V.
+  auto gQ = tma::make_gmem_tensor<Config>(params.q, params.mask.seqlen_q, params.heads_q, params.batch);
+  auto gdO = tma::make_gmem_tensor<Config>(params.dout, params.mask.seqlen_q, params.heads_q, params.batch);
+  auto gK = tma::make_gmem_tensor<Config>(params.k, params.mask.seqlen_k, params.heads_kv, params.batch);
+  auto gV = tma::make_gmem_tensor<Config>(params.v, params.mask.seqlen_k, params.heads_kv, params.batch);
+  BwdKernelParams<Config> kernel_params{
+      params,
+      make_tma_copy(SM90_TMA_LOAD{}, gQ, typename Config::SmemLayoutQStage{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gdO, typename Config::SmemLayoutQStage{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gK, typename Config::SmemLayoutKV{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gV, typename Config::SmemLayoutKV{}),
+      gQ.shape(),
+      gK.shape(),
+  };
+  if (dash_status s = tma::check_descriptors({{"q", kernel_params.tma_q.get_tma_descriptor()},
+                                              {"dout", kernel_params.tma_do.get_tma_descriptor()},
+                                              {"k", kernel_params.tma_k.get_tma_descriptor()},
+                                              {"v", kernel_params.tma_v.get_tma_descriptor()}},
+                                             error);
+      s != DASH_OK) {
+    return s;
+  }
+
+  // 1. delta and LSE2, per padded query row: one warp per row, 8 rows per block.
+  {
+    const dim3 grid(unsigned((params.num_q_tiles * kBlockM + 7) / 8), unsigned(params.batch * params.heads_q));
+    bwd_preprocess<kHeadDim, StdElement><<<grid, 256, 0, stream>>>(params);
+    if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
+      return detail::cuda_fail(error, "launch of bwd_preprocess", status);
+    }
+  }
+  // 2. The plan-executing main kernel, persistent over the plan's tickets: cooperatively when the plan's forward
+  // waits need all num_ctas CTAs co-resident (docs/DEADLOCK.md; the host checked num_ctas against
+  // max_coresident before calling).
+  {
+    auto kernel = backward_kernel<Config>;
+    constexpr int kSmemBytes = smem_bytes_of<Config>();
+    cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    if (status != cudaSuccess) return detail::cuda_fail(error, "cudaFuncSetAttribute(backward kernel smem)", status);
+    if (cooperative) {
+      void* args[] = {&kernel_params};
+      status = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(unsigned(num_ctas)),
+                                           dim3(unsigned(Config::kThreads)), args, size_t(kSmemBytes), stream);
+      if (status != cudaSuccess) return detail::cuda_fail(error, "cudaLaunchCooperativeKernel(backward kernel)", status);
+    } else {
+      kernel<<<unsigned(num_ctas), unsigned(Config::kThreads), kSmemBytes, stream>>>(kernel_params);
+      if ((status = cudaGetLastError()) != cudaSuccess) return detail::cuda_fail(error, "launch of backward kernel", status);
+    }
+  }
+  // 3. fp32 accumulators -> outputs, grid-stride over the elements.
+  {
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    bwd_convert<kHeadDim, StdElement><<<unsigned(sms * 8), 256, 0, stream>>>(params);
+    if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
+      return detail::cuda_fail(error, "launch of bwd_convert", status);
+    }
+  }
+  return DASH_OK;
+}
+
+}  // namespace dash::hopper::bwd
+
+// One (head dim, dtype) of the backward: what each generated instantiation file expands.
+#define DASH_INSTANTIATE_HOPPER_BWD(HDIM, DTYPE)                                                                   \
+  template dash_status dash::hopper::bwd::run<HDIM, DTYPE>(dash::kernels::bwd::BwdParams const&, int32_t, bool, \
+                                                           cudaStream_t, std::string&);                          \
+  template dash_status dash::hopper::bwd::max_coresident<HDIM, DTYPE>(int32_t&, std::string&);

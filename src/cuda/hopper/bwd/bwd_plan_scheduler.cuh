@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// hopper/bwd/bwd_plan_scheduler.cuh — the plan as the backward kernel walks it (dash/plan_format.h), shaped like
+// CUTLASS's tile schedulers: CLAIM the next work item (a ticket of one global counter, decoded into the plan's
+// item and its unit's coordinates), walk its segments and visits in the plan's order, WAIT FOR THE TURN of an
+// accumulator (dQ, or dK/dV for split-head GQA) and PUBLISH the next turn. The kernel holds the math; every
+// order it follows comes through here from the plan's tables.
+//
+// Why the waits end (the progress argument): docs/DEADLOCK.md. In short, a contribution only ever waits for one
+// of a claimed item, whose CTA is running (with the claim rule: a CTA claims its next ticket only when every
+// wait of its current item is satisfied), and tickets are claimed in order.
+#pragma once
+
+#include <cstdint>
+
+#include "bwd/bwd_params.h"
+#include "dash/plan_format.h"
+#include "hopper/ptx.cuh"
+
+namespace dash::hopper::bwd {
+
+using kernels::bwd::BwdParams;
+
+// What a claimed ticket names: the plan item and its unit's coordinates (batch, heads, group rank), decoded
+// with plan_format.h's decoder (the simulator and the CPU backend use it too).
+struct TicketWork {
+  int32_t ticket;
+  dash_item item;
+  dash_unit_coords unit;
+};
+
+// Spins until *counter == expected. Every lane that calls it performs its own acquire load, so each lane's later
+// memory operations are ordered after the releasing thread's prior writes (no reliance on the warp barrier's
+// cumulativity on the acquire side). Backs off with __nanosleep to spare the L2, to at most 128 ns: at ~500
+// TFLOP/s a visit takes ~2.6 us per SM and a shift-type schedule gives each hand-off about one visit of slack,
+// so every 100 ns between the release and its detection is on the critical path (one poll is itself an L2
+// round trip; at most two warps per SM poll).
+__device__ __forceinline__ void wait_counter_equals(const int32_t* counter, int32_t expected) {
+  uint32_t backoff = 32;
+  while (ld_acquire_gpu(counter) != expected) {
+    __nanosleep(backoff);
+    if (backoff < 128) backoff *= 2;
+  }
+}
+
+struct PlanScheduler {
+  BwdParams const& p;
+
+  // CLAIM: the next ticket of the global counter (tickets go out in order), decoded; false once the plan is
+  // exhausted (every CTA's last claim lands past the end: the counter has headroom for num_ctas of them).
+  __device__ __forceinline__ bool claim(TicketWork& work) const {
+    const int ticket = atomicAdd(p.ticket_counter, 1);
+    if (ticket >= p.num_tickets) return false;
+    work.ticket = ticket;
+    work.item = p.items[ticket % p.items_per_unit];
+    work.unit = dash_unit_coords_from(p.gqa_mode, p.heads_q, p.heads_kv, p.group_size, p.group_head_by_rank,
+                                      ticket / p.items_per_unit);
+    return true;
+  }
+
+  // The item's i-th segment (a KV tile) and a segment's i-th visit (a Q tile), in the plan's order. A visit's
+  // index in the unit's visit table identifies it in the order log.
+  __device__ __forceinline__ dash_segment segment(const TicketWork& work, int i) const {
+    return p.segments[work.item.first_segment + i];
+  }
+  __device__ __forceinline__ int visit_index(const dash_segment& segment, int i) const {
+    return segment.first_visit + i;
+  }
+  __device__ __forceinline__ dash_visit visit(int index) const { return p.visits[index]; }
+  // The query head of a visit: the unit's own, or (packed GQA) the visit's head within its KV head's group.
+  __device__ __forceinline__ int head_of(const TicketWork& work, const dash_visit& visit) const {
+    return p.gqa_mode == DASH_GQA_PACK_GROUP ? work.unit.head_kv * p.group_size + visit.head_in_unit
+                                             : work.unit.head_q;
+  }
+
+  // The turn counters: one per dQ accumulator (batch, query head, Q tile) and, for split-head GQA, one per
+  // (batch, KV head, KV tile) for the group's dK/dV adds. Zeroed before every launch.
+  __device__ __forceinline__ int32_t* dq_turn(int64_t accumulator) const { return p.dq_counters + accumulator; }
+  __device__ __forceinline__ int32_t* dkv_turn(int b, int head_kv, int kv_tile) const {
+    return p.dkv_counters + (int64_t(b) * p.heads_kv + head_kv) * p.num_kv_tiles + kv_tile;
+  }
+
+  // WAIT FOR TURN: the contribution of rank `rank` may add once its counter equals `rank` (rank 0 at once).
+  // The acquire orders the previous rank's released writes before what the calling thread does next.
+  __device__ __forceinline__ static void wait_for_turn(const int32_t* turn, int32_t rank) {
+    wait_counter_equals(turn, rank);
+  }
+  // PUBLISH: hands the turn to rank `rank + 1`. st.release.gpu is cumulative: whoever acquires the new value
+  // also observes every write this thread observed or performed before it (the caller makes its adds
+  // visible first: see each call site).
+  __device__ __forceinline__ static void publish(int32_t* turn, int32_t rank) { st_release_gpu(turn, rank + 1); }
+};
+
+}  // namespace dash::hopper::bwd

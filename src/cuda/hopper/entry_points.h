@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+// hopper/entry_points.h — the host functions of the Hopper (sm_90a) kernels, one instantiation per row of
+// dash/kernel_table.hpp and dtype (generated files, src/cuda/CMakeLists.txt). Plain C++: arch_dispatch.cpp
+// calls them without seeing CUDA device code or CuTe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "bwd/bwd_params.h"
+#include "dash/dash_attn.h"
+#include "dash/kernel_table.hpp"
+#include "fwd_launch_args.h"
+
+namespace dash::hopper {
+
+namespace fwd {
+// Builds the TMA descriptors and launches the forward kernel for one (head dim, dtype). On failure returns
+// DASH_ERROR_CUDA (or UNSUPPORTED) and sets `error` to a message naming the failing step.
+template <int kHeadDim, dash_dtype kDtype>
+dash_status run(kernels::FwdLaunch const& launch, std::string& error);
+// Dynamic shared memory the instantiation asks for (bytes).
+template <int kHeadDim, dash_dtype kDtype>
+int smem_bytes();
+}  // namespace fwd
+
+namespace bwd {
+// Launches preprocess, the plan-executing main kernel and convert on `stream`. `cooperative` asks for a
+// co-resident launch (plans with forward waits, docs/DEADLOCK.md).
+template <int kHeadDim, dash_dtype kDtype>
+dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, bool cooperative, cudaStream_t stream,
+                std::string& error);
+// Most CTAs of the main kernel that can be co-resident on the current device (occupancy x SMs).
+template <int kHeadDim, dash_dtype kDtype>
+dash_status max_coresident(int32_t& max_ctas, std::string& error);
+}  // namespace bwd
+
+#define DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, DTYPE)                                                          \
+  extern template dash_status fwd::run<HDIM, DTYPE>(kernels::FwdLaunch const&, std::string&);                \
+  extern template int fwd::smem_bytes<HDIM, DTYPE>();                                                         \
+  extern template dash_status bwd::run<HDIM, DTYPE>(kernels::bwd::BwdParams const&, int32_t, bool, cudaStream_t, \
+                                                    std::string&);                                            \
+  extern template dash_status bwd::max_coresident<HDIM, DTYPE>(int32_t&, std::string&);
+#define DASH_DECLARE_HOPPER_KERNELS(HDIM, ...)                 \
+  DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, DASH_DTYPE_BF16)       \
+  DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, DASH_DTYPE_FP16)
+DASH_KERNEL_TABLE(DASH_DECLARE_HOPPER_KERNELS)
+#undef DASH_DECLARE_HOPPER_KERNELS
+#undef DASH_DECLARE_HOPPER_KERNELS_FOR
+
+}  // namespace dash::hopper
