@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # gpu_correctness.sh — one device call for correctness: the Python GPU suites (shape sweep, semantics, the CUDA
-# tests), the kernels' GoogleTest suites, compute-sanitizer memcheck over the sweep's memcheck sample, and
-# optionally the 1M-token test. Logs go to $OUT (or out/); the last lines printed are a summary.
+# tests), the kernels' GoogleTest suites, compute-sanitizer memcheck over the sweep's memcheck sample and racecheck
+# on two small backward cases, and optionally the 1M-token test. Logs go to $OUT (or out/); the last lines printed are a summary.
 #
 #   scripts/gpu_correctness.sh [--build-dir DIR] [--long] [--no-sanitize] [--no-gtest] [--sweep sample|full]
 #
@@ -55,6 +55,11 @@ if [ "$sanitize" = 1 ]; then
   step memcheck-sweep 300 compute-sanitizer --tool memcheck --print-limit 10 \
     python3 -m pytest -q -x tests/test_shape_sweep.py -k cuda --sweep memcheck
   grep -E "ERROR SUMMARY" "$out/memcheck-sweep.log" | tail -1
+  # racecheck (shared-memory hazards) on two small backward cases, one per head dim.
+  race='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d64_causal_auto_det:Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d128_causal_auto_det'
+  step racecheck-bwd 300 compute-sanitizer --tool racecheck --racecheck-report hazard \
+    "$build/tests/gpu/dash_gpu_bwd_tests" --gtest_filter="$race"
+  grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$out/racecheck-bwd.log" | tail -1
 fi
 if [ "$gtest" = 1 ]; then
   step gtest-forward 200 "$build/tests/gpu/dash_gpu_tests"
