@@ -37,10 +37,10 @@ bench_pair() {  # which (base|new), repeat
   local which=$1 r=$2 dir bin_bwd bin_fwd runner
   if [ "$which" = base ]; then runner=run_base; bin_bwd="$base/dash-bench-bwd"; bin_fwd="$base/dash-bench-fwd"
   else runner=run_new; bin_bwd="$new/bench/dash-bench-bwd"; bin_fwd="$new/bench/dash-bench-fwd"; fi
-  timeout 240 $runner "$bin_bwd" --out "$out/$which-bwd-$r.jsonl" --commit "$which" --schedules nondet,auto \
+  $runner timeout 240 "$bin_bwd" --out "$out/$which-bwd-$r.jsonl" --commit "$which" --schedules nondet,auto \
     >"$out/$which-bwd-$r.log" 2>&1 || echo "$which backward run $r failed (rc $?): $(tail -2 "$out/$which-bwd-$r.log")"
   if [ "$forward" = 1 ]; then
-    timeout 120 $runner "$bin_fwd" --out "$out/$which-fwd-$r.jsonl" --commit "$which" --cooldown-ms 100 \
+    $runner timeout 120 "$bin_fwd" --out "$out/$which-fwd-$r.jsonl" --commit "$which" --cooldown-ms 100 \
       >"$out/$which-fwd-$r.log" 2>&1 || echo "$which forward run $r failed (rc $?)"
   fi
 }

@@ -42,7 +42,8 @@ step() {  # step NAME TIMEOUT_S COMMAND...: runs it, logs to $out/NAME.log, reco
   echo "== $name: rc=$rc in $((SECONDS - t0)) s"; tail -4 "$out/$name.log"
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee "$out/gpu.txt"
-git -C "$root" rev-parse --short HEAD 2>/dev/null | tee "$out/commit.txt"
+# The commit under test: DASH_COMMIT if given (the device tool's copy of the tree may carry a stale .git).
+echo "${DASH_COMMIT:-unknown: set DASH_COMMIT}" | tee "$out/commit.txt"
 
 cd "$root/python"
 step single-key 120 python3 "$root/scripts/single_key_gradients.py" --out "$out/single-key-gradients.jsonl"
