@@ -443,7 +443,7 @@ TEST(SimCostModel, PaperAndH200Estimates) {
   problem.seqlen_q = problem.seqlen_k = 4096;
   problem.head_dim = 128;
   const auto h = dash::CostModel::for_problem(problem, {128, 128});
-  // 10 * 128^3 FLOPs at 777 TFLOP/s / 132 SMs * 0.71 (the wgmma kernel's measured fraction at hdim 128).
+  // 10 * 128^3 FLOPs at 777 TFLOP/s / 132 SMs * 0.71 (the backward kernel's measured fraction at hdim 128).
   EXPECT_NEAR(h.compute_full, 10.0 * 128 * 128 * 128 / (777e6 / 132 * 0.71), 1e-9);
   EXPECT_LT(h.compute_partial, h.compute_full);
   EXPECT_GT(h.reduce, 0.0);

@@ -535,7 +535,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       warpgroup_wait<1>();
       warpgroup_fence_operand(tdQrdQ);  // keep the reads of dQ below the wait
 
-      // Hand the dQ partial to the store warp of this staging buffer, as the mma.sync kernel does. WAIT
+      // Hand the dQ partial to the store warp of this staging buffer (bwd_dq_handoff.cuh). WAIT
       // (staging buffer) until that store warp drained it: it drains in order and is only held up by a
       // dQ-order wait, which ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
       watchdog_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
@@ -583,7 +583,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
     __syncwarp();
     if (lane_leader) mbarrier_arrive(&s.kv_empty);
 
-    // ---- segment epilogue: dK / dV of this KV tile (this unit's share), as the mma.sync kernel ----
+X
     // The record's slot stays valid until the next segment's kv_empty (see BwdSmem::segment).
     const int seg_b = seg.b, seg_head_kv = seg.head_kv, seg_kv_tile = seg.kv_tile, seg_group_rank = seg.group_rank;
     const bool seg_end_of_item = seg.end_of_item != 0;
