@@ -19,6 +19,32 @@ import math
 
 from ._abi import LIBRARY_PATH, DashError  # noqa: F401  (re-exported)
 
+
+def _version():
+    # The version is written once, in pyproject.toml. A source checkout (PYTHONPATH=python) reads that file, so
+    # it never reports an older installed copy's version; an installed package reads its metadata, which the
+    # build wrote from the same file.
+    import pathlib
+    import re
+
+    try:
+        text = (pathlib.Path(__file__).resolve().parent.parent.parent / "pyproject.toml").read_text("utf-8")
+    except OSError:
+        text = ""
+    found = re.search(r'^version = "([^"]+)"', text, re.M)
+    if found and re.search(r'^name = "dash-attn"', text, re.M):
+        return found.group(1)
+    from importlib import metadata
+
+    try:
+        return metadata.version("dash-attn")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _version()
+del _version
+
 __all__ = ["attention", "scaled_dot_product_attention", "check_determinism", "DashError", "SCHEDULES"]
 
 try:
@@ -129,7 +155,7 @@ if torch is not None:
         identical = all(r[k] == first[k] for r in results for k in first if k != "run")
         return {"runs": results, "identical": identical}
 else:
-    SCHEDULES = ("auto", "auto-fastest", "ascending", "descending", "shift", "symmetric-shift")
+    from ._abi import SCHEDULES
 
     def _needs_torch(*_args, **_kwargs):
         raise ImportError("dash_attn: this function needs PyTorch; only the C ABI (dash_attn._abi) works without it")

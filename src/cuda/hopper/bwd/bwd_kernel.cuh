@@ -583,7 +583,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
     __syncwarp();
     if (lane_leader) mbarrier_arrive(&s.kv_empty);
 
-X
+    // ---- segment epilogue: dK / dV of this KV tile (this unit's share) ----
     // The record's slot stays valid until the next segment's kv_empty (see BwdSmem::segment).
     const int seg_b = seg.b, seg_head_kv = seg.head_kv, seg_kv_tile = seg.kv_tile, seg_group_rank = seg.group_rank;
     const bool seg_end_of_item = seg.end_of_item != 0;
