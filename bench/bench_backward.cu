@@ -177,14 +177,7 @@ int main(int argc, char** argv) {
     fill_normal<<<1024, 256>>>(bf.k, bf.nk, 2, DASH_DTYPE_BF16);
     fill_normal<<<1024, 256>>>(bf.v, bf.nk, 3, DASH_DTYPE_BF16);
     fill_normal<<<1024, 256>>>(bf.dout, bf.nq, 4, DASH_DTYPE_BF16);
-    dash_problem p{};
-    p.batch = c.batch;
-    p.heads_q = c.heads_q;
-    p.heads_kv = c.heads_kv;
-    p.seqlen_q = p.seqlen_k = c.seqlen;
-    p.head_dim = c.head_dim;
-    p.mask_kind = c.causal ? DASH_MASK_CAUSAL : DASH_MASK_FULL;
-    p.window_left = p.window_right = -1;
+    const dash_problem p = grid_problem(c.batch, c.heads_q, c.heads_kv, c.seqlen, c.head_dim, c.causal);
 
     dash_fwd_args fa{};
     fa.problem = p;

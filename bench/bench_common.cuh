@@ -22,6 +22,19 @@
     }                                                                                                    \
   } while (0)
 
+// A self-attention problem (seqlen_q = seqlen_k) of the benchmark grid, full or causal.
+inline dash_problem grid_problem(int batch, int heads_q, int heads_kv, int seqlen, int head_dim, bool causal) {
+  dash_problem p{};
+  p.batch = batch;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  p.head_dim = head_dim;
+  p.mask_kind = causal ? DASH_MASK_CAUSAL : DASH_MASK_FULL;
+  p.window_left = p.window_right = -1;
+  return p;
+}
+
 // Standard normal values from a counter-based hash (Box-Muller), written as bf16 / fp16 bits.
 __global__ inline void fill_normal(uint16_t* out, size_t n, uint64_t seed, int dtype) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {

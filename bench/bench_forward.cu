@@ -91,14 +91,8 @@ Options parse(int argc, char** argv) {
 
 // The protocol's count (dash_attention_flops, dash/dash_attn.h).
 double flops_of(const Config& c) {
-  dash_problem p{};
-  p.batch = c.batch;
-  p.heads_q = c.heads_q;
-  p.heads_kv = c.heads_kv;
-  p.seqlen_q = p.seqlen_k = c.seqlen;
-  p.head_dim = c.head_dim;
-  p.mask_kind = c.mask;
-  p.window_left = p.window_right = -1;
+  const dash_problem p =
+      grid_problem(c.batch, c.heads_q, c.heads_kv, c.seqlen, c.head_dim, c.mask == DASH_MASK_CAUSAL);
   return dash_attention_flops(&p, 0);
 }
 
