@@ -86,3 +86,6 @@ set_tests_properties(cli.block_m_alone PROPERTIES LABELS cpu
 # --svg draws every CTA (132 lanes), with the critical path.
 add_test(NAME cli.svg_every_cta COMMAND dash-attn simulate --seqlen 2048 --heads 4 --causal --svg cli_gantt.svg)
 set_tests_properties(cli.svg_every_cta PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "wrote cli_gantt.svg \\(.*; 132 CTAs, one lane each\\)")
+add_test(NAME cli.window_not_an_integer COMMAND dash-attn plan --window 256x,0 --seqlen 512 --heads 1)
+set_tests_properties(cli.window_not_an_integer PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "--window: expected two integers L,R, got '256x,0'")

@@ -335,12 +335,20 @@ inline Shape parse_shape(Args& args, bool studies) {
   if (auto w = args.value("--window")) {
     const auto comma = w->find(',');
     if (comma == std::string::npos) throw Error("--window", "expected L,R (e.g. 256,0), got '" + *w + "'");
-    try {
-      p.window_left = std::stoi(w->substr(0, comma));
-      p.window_right = std::stoi(w->substr(comma + 1));
-    } catch (const std::exception&) {
-      throw Error("--window", "expected two integers L,R, got '" + *w + "'");
-    }
+    // Each side a whole integer (std::stoi alone would take "256x" as 256).
+    const auto side = [&](const std::string& text) {
+      size_t used = 0;
+      int value = 0;
+      try {
+        value = std::stoi(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (text.empty() || used != text.size()) throw Error("--window", "expected two integers L,R, got '" + *w + "'");
+      return value;
+    };
+    p.window_left = side(w->substr(0, comma));
+    p.window_right = side(w->substr(comma + 1));
     p.mask = dash::Mask::Window;
   }
   // 0 (absent) means the kernels' tiles; a tile shape given must be given whole.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // dash/reference.hpp — the CPU backend: attention forward and a backward that follows a plan's visit and
-// accumulation orders, in fp32 with the same order semantics as the kernels. It lets the order semantics be
+// accumulation orders, with fp32 tensors and fp32 accumulators added in the same orders as the kernels (sums
+// inside one block are carried in double and rounded once: src/core/reference.cpp). It lets the order semantics be
 // tested without a GPU (its bits are not expected to equal the GPU's), and serves as the oracle for the GPU
 // tests. Slow by design: plain loops, no threads.
 #pragma once
@@ -30,7 +31,7 @@ void forward(const Problem& problem, float softmax_scale, const Tensor& q, const
 
 // dQ, dK, dV for the plan's problem. dQ tiles are summed in each accumulator's dq_rank order, dK/dV in each
 // segment's visit order and, for SPLIT_HEADS GQA, across the group in group_head_by_rank order: the orders
-// the kernels promise. All arithmetic in fp32.
+// the kernels promise: fp32 accumulators, each block's partial summed in double and rounded once.
 void backward(const Plan& plan, float softmax_scale, const Tensor& q, const Tensor& k, const Tensor& v,
               const Tensor& o, const Tensor& d_o, const float* lse, const Tensor& dq, const Tensor& dk,
               const Tensor& dv);
