@@ -4,7 +4,8 @@
 // writes one JSON line per (config, mode, schedule), plus a table on stdout.
 //
 //   dash-bench-bwd --out backward.jsonl --commit abc1234 [--warmup 3] [--iters 10] [--only-hdim 64|128]
-//                  [--quick] [--busy-ms N] [--config B,S,HQ,HKV,D,full|causal] [--schedules nondet,shift,...]
+//                  [--quick] [--busy-ms N [--busy-ctas K]] [--config B,S,HQ,HKV,D,full|causal]
+//                  [--schedules nondet,shift,...]
 //                  [--gqa auto|split|pack]   (GQA configs: the planner picks (default, as dash_attn does),
 //                  one unit per query head, or one per KV head; the JSON's gqa_plan is the mode the plan has)
 //
@@ -15,8 +16,10 @@
 // (dash::simulate with CostModel::for_problem) so the ranking can be calibrated.
 // --config: one configuration instead of the grid (profiling, A/B runs). --schedules: which rows to run, from
 // nondet (the non-deterministic mode with the auto plan) and the deterministic schedules; default all.
-// --busy-ms N: one extra experiment: a kernel that occupies every SM spins for N ms on a second stream while
-// the backward is launched; reports the backward's time and whether its bits match the undisturbed run.
+// --busy-ms N [--busy-ctas K]: after each row, one more backward while K CTAs of a spin kernel (200 KB of shared
+// memory each, so none of ours fits beside one; default: every SM) hold K SMs for N ms on another stream;
+// reports the backward's time against the undisturbed median and, deterministic, whether its dQ bits match.
+// Use it with --config: it runs for every row.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -91,7 +94,7 @@ double median(std::vector<float> v) {
 
 int main(int argc, char** argv) {
   std::string out_path = "backward.jsonl", commit = "unknown";
-  int warmup = 3, iters = 10, only_hdim = 0, busy_ms = 0;
+  int warmup = 3, iters = 10, only_hdim = 0, busy_ms = 0, busy_ctas = 0;
   bool quick = false;
   std::string only_config, only_schedules, gqa = "auto";
   for (int i = 1; i < argc; ++i) {
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
     else if (a == "--iters") iters = std::atoi(next().c_str());
     else if (a == "--only-hdim") only_hdim = std::atoi(next().c_str());
     else if (a == "--busy-ms") busy_ms = std::atoi(next().c_str());
+    else if (a == "--busy-ctas") busy_ctas = std::atoi(next().c_str());
     else if (a == "--quick") quick = true;
     else if (a == "--config") only_config = next();
     else if (a == "--schedules") only_schedules = "," + next() + ",";
@@ -292,8 +296,9 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
 
       // Busy-SM experiment on the first hdim-128 causal config, auto schedule, deterministic.
-      if (busy_ms > 0 && det && std::string(schedule) == "auto" && c.head_dim == 128 && c.causal) {
+      if (busy_ms > 0) {
         const uint64_t ref = hash_device(bf.dq, bf.nq * 2);
+        const int hogs = busy_ctas > 0 ? std::min(busy_ctas, sms) : sms;
         cudaStream_t other;
         CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
         const int hog_smem = 200 * 1024;
@@ -301,22 +306,24 @@ int main(int argc, char** argv) {
         int clock_khz = 0;
         CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
         const long long cycles = (long long)busy_ms * clock_khz;  // kHz = cycles per ms
-        spin_kernel<<<sms, 32, hog_smem, other>>>(cycles);
+        spin_kernel<<<hogs, 32, hog_smem, other>>>(cycles);
         CUDA_CHECK(cudaEventRecord(e0, stream));
-        dash_bwd(&a, plan, 1, ws, ws_bytes, stream);
+        dash_bwd(&a, plan, det, ws, ws_bytes, stream);
         CUDA_CHECK(cudaEventRecord(e1, stream));
         CUDA_CHECK(cudaEventSynchronize(e1));
         CUDA_CHECK(cudaStreamSynchronize(other));
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         const bool same = hash_device(bf.dq, bf.nq * 2) == ref;
-        std::printf("BUSY %s: backward with SMs busy for %d ms on another stream: %.3f ms (undisturbed median "
-                    "%.3f ms), dQ bits %s\n", config_name, busy_ms, ms, med, same ? "identical" : "DIFFERENT");
+        std::printf("BUSY %s %s %s: %d SMs held %d ms on another stream: backward %.3f ms (undisturbed median %.3f "
+                    "ms, x%.2f), dQ bits %s\n", config_name, det ? "det" : "nondet", schedule, hogs, busy_ms, ms, med,
+                    ms / med, det ? (same ? "identical" : "DIFFERENT") : "(non-deterministic)");
         std::fprintf(out,
-                     "{\"commit\":\"%s\",\"gpu\":\"%s\",\"op\":\"backward_busy_sms\",\"config\":\"%s\",\"busy_ms\":%d,"
-                     "\"elapsed_ms\":%.4f,\"undisturbed_median_ms\":%.4f,\"dq_bitwise_identical\":%s}\n",
-                     commit.c_str(), prop.name, config_name, busy_ms, ms, med, same ? "true" : "false");
-        busy_ms = 0;  // once
+                     "{\"commit\":\"%s\",\"gpu\":\"%s\",\"op\":\"backward_busy_sms\",\"config\":\"%s\",\"mode\":\"%s\","
+                     "\"schedule\":\"%s\",\"busy_ctas\":%d,\"busy_ms\":%d,\"elapsed_ms\":%.4f,"
+                     "\"undisturbed_median_ms\":%.4f,\"dq_bitwise_identical\":%s}\n",
+                     commit.c_str(), prop.name, config_name, det ? "deterministic" : "nondeterministic", schedule, hogs,
+                     busy_ms, ms, med, det ? (same ? "true" : "false") : "null");
         CUDA_CHECK(cudaStreamDestroy(other));
       }
       dash_plan_destroy(plan);

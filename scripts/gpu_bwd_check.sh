@@ -77,11 +77,18 @@ fi
 
 if [ "$bench" != none ]; then
   echo "== bench ($bench)"
-  args=(--out "$out/backward.jsonl" --commit "${DASH_COMMIT:-unknown}" --busy-ms "$busy_ms")
+  args=(--out "$out/backward.jsonl" --commit "${DASH_COMMIT:-unknown}")
   [ "$bench" = quick ] && args+=(--quick)
   timeout 400 "$build/bench/dash-bench-bwd" "${args[@]}" >"$out/bench.log" 2>&1
   echo "bench rc=$?"
   cut -c1-120 "$out/bench.log"
+fi
+if [ "$busy_ms" -gt 0 ]; then
+  # Every mode and schedule of one configuration while 16 SMs are held by another stream's kernel.
+  echo "== busy SMs ($busy_ms ms, 16 SMs)"
+  timeout 200 "$build/bench/dash-bench-bwd" --out "$out/busy.jsonl" --commit "${DASH_COMMIT:-unknown}" \
+    --config 2,8192,16,16,128,causal --busy-ms "$busy_ms" --busy-ctas 16 >"$out/busy.log" 2>&1
+  echo "busy rc=$?"; grep BUSY "$out/busy.log"
 fi
 
 if [ "${torch_ref:-yes}" = yes ] && python3 -c "import torch" 2>/dev/null; then

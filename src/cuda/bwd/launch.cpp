@@ -104,9 +104,11 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
     return fail(s, error);
   }
 
-  // A plan with forward waits needs all its CTAs co-resident (docs/DEADLOCK.md): launch cooperatively, and
-  // refuse when the device cannot hold them.
-  const bool needs_coresidency = !(h.flags & DASH_PLAN_WAITS_ONLY_BACKWARD);
+  // A plan with forward waits needs all its CTAs co-resident in deterministic mode (docs/DEADLOCK.md): launch
+  // cooperatively, and refuse when the device cannot hold them. The non-deterministic mode has no wait between
+  // CTAs (the store warps add in arrival order; no claim rule, no group order), so it launches plainly: CTAs that
+  // find their SMs held by other kernels start when any SM frees, find no ticket left, and exit.
+  const bool needs_coresidency = deterministic && !(h.flags & DASH_PLAN_WAITS_ONLY_BACKWARD);
   if (needs_coresidency) {
     int32_t capacity = 0;
     if (dash_status s = dash::kernels::backward_max_coresident(family, a.problem.head_dim, a.dtype, capacity, error);
