@@ -136,9 +136,11 @@ size_t dash_bwd_workspace_size(const dash_bwd_args* args, dash_plan_t plan);
 
 /* Validates every argument (naming the offending one), then launches the backward on `cuda_stream`.
  * deterministic: 1 = ordered adds (bitwise reproducible), 0 = unordered atomic adds. `workspace` must be
- * 256-byte aligned device memory of at least dash_bwd_workspace_size() bytes. A plan whose waits are not all
- * backward (no DASH_PLAN_WAITS_ONLY_BACKWARD flag) is launched cooperatively; if the device cannot hold its
- * num_ctas CTAs at once the call returns DASH_ERROR_UNSUPPORTED. */
+ * 256-byte aligned device memory of at least dash_bwd_workspace_size() bytes. In deterministic mode, a plan whose
+ * waits are not all backward (no DASH_PLAN_WAITS_ONLY_BACKWARD flag) is launched cooperatively; if the device
+ * cannot hold its num_ctas CTAs at once the call returns DASH_ERROR_UNSUPPORTED. Every other call (the
+ * non-deterministic mode has no wait between CTAs) is a plain launch, which other kernels holding SMs only slow
+ * down in proportion. */
 dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t deterministic, void* workspace,
                      size_t workspace_bytes, void* cuda_stream);
 
