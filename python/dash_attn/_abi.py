@@ -150,11 +150,19 @@ def attention_flops(problem: Problem, backward: bool) -> float:
     return flops
 
 
+_checked_problems: set = set()
+
+
 def check_problem(problem: Problem, needs_backward: bool) -> None:
     """Raises ValueError naming the field and the limit when the library cannot run `problem` (head dim, mask,
-    plan-format and kernel size limits). Costs no planning and no allocation."""
+    plan-format and kernel size limits). Costs no planning and no allocation; a problem that passed is not asked
+    about again (the answer depends on the problem only)."""
+    key = (bytes(problem), bool(needs_backward))
+    if key in _checked_problems:
+        return
     if LIB.dash_check_problem(ctypes.byref(problem), int(bool(needs_backward))) != DASH_OK:
         raise ValueError("dash_attn: " + LIB.dash_last_error().decode())
+    _checked_problems.add(key)
 
 
 class HostPlan:

@@ -263,20 +263,22 @@ std::optional<LimitViolation> plan_limit_violation(const Problem& problem, TileS
   const int64_t group = problem.group_size();
   const int64_t heads_per_unit = mode == GqaMode::PackGroup ? group : 1;
   const auto count = [](int64_t n) { return std::to_string(n); };
-  const std::string longest = "; the longest self-attention sequence a plan holds at head_dim " +
-                              count(problem.head_dim) + " is " +
-                              count(longest_plannable_seqlen(problem.head_dim, int32_t(heads_per_unit))) + " tokens";
+  // Only a refusal needs this (a binary search and a string): built when one is returned.
+  const auto longest = [&] {
+    return "; the longest self-attention sequence a plan holds at head_dim " + count(problem.head_dim) + " is " +
+           count(longest_plannable_seqlen(problem.head_dim, int32_t(heads_per_unit))) + " tokens";
+  };
   // visit.q_tile, visit.dq_rank and dq_count are 16-bit: at most 65535 tiles on either side.
   if (q_tiles > DASH_PLAN_MAX_TILES)
     return LimitViolation{"seqlen_q", count(problem.seqlen_q) + " needs " + count(q_tiles) + " Q tiles of " +
                                           count(tiles.block_m) + " rows; the plan format indexes at most " +
                                           count(DASH_PLAN_MAX_TILES) + " (seqlen_q <= " +
-                                          count(int64_t(DASH_PLAN_MAX_TILES) * tiles.block_m) + ")" + longest};
+                                          count(int64_t(DASH_PLAN_MAX_TILES) * tiles.block_m) + ")" + longest()};
   if (kv_tiles > DASH_PLAN_MAX_TILES)
     return LimitViolation{"seqlen_k", count(problem.seqlen_k) + " needs " + count(kv_tiles) + " KV tiles of " +
                                           count(tiles.block_n) + " keys; the plan format indexes at most " +
                                           count(DASH_PLAN_MAX_TILES) + " (seqlen_k <= " +
-                                          count(int64_t(DASH_PLAN_MAX_TILES) * tiles.block_n) + ")" + longest};
+                                          count(int64_t(DASH_PLAN_MAX_TILES) * tiles.block_n) + ")" + longest()};
   // visit.head_in_unit and group_head_by_rank are 8-bit.
   if (group > DASH_PLAN_MAX_HEADS_PER_UNIT)
     return LimitViolation{"heads_q", "a GQA group of " + count(group) + " query heads per KV head exceeds the "
@@ -288,7 +290,7 @@ std::optional<LimitViolation> plan_limit_violation(const Problem& problem, TileS
     return LimitViolation{"seqlen_q", count(problem.seqlen_q) + " x seqlen_k " + count(problem.seqlen_k) +
                                           (heads_per_unit > 1 ? " x " + count(heads_per_unit) + " heads per unit" : "") +
                                           " gives " + count(blocks) + " tile pairs per unit; the plan format holds at "
-                                          "most 2^28 (" + count(kMaxBlocksPerUnit) + ")" + longest};
+                                          "most 2^28 (" + count(kMaxBlocksPerUnit) + ")" + longest()};
   // Tickets are claimed from a 32-bit counter that each of the num_ctas CTAs may push one past the end; every
   // planner makes at most one item per KV tile.
   const int64_t units = int64_t(problem.batch) * (mode == GqaMode::PackGroup ? problem.heads_kv : problem.heads_q);
