@@ -4,7 +4,7 @@
 // writes one JSON line per (config, mode, schedule), plus a table on stdout.
 //
 //   dash-bench-bwd --out backward.jsonl --commit abc1234 [--warmup 3] [--iters 10] [--only-hdim 64|128]
-//                  [--quick] [--busy-ms N [--busy-ctas K]] [--config B,S,HQ,HKV,D,full|causal]
+//                  [--quick] [--busy-ms N [--busy-ctas K[,K...]]] [--config B,S,HQ,HKV,D,full|causal]
 //                  [--schedules nondet,shift,...]
 //                  [--gqa auto|split|pack]   (GQA configs: the planner picks (default, as dash_attn does),
 //                  one unit per query head, or one per KV head; the JSON's gqa_plan is the mode the plan has)
@@ -16,10 +16,11 @@
 // (dash::simulate with CostModel::for_problem) so the ranking can be calibrated.
 // --config: one configuration instead of the grid (profiling, A/B runs). --schedules: which rows to run, from
 // nondet (the non-deterministic mode with the auto plan) and the deterministic schedules; default all.
-// --busy-ms N [--busy-ctas K]: after each row, one more backward while K CTAs of a spin kernel (200 KB of shared
-// memory each, so none of ours fits beside one; default: every SM) hold K SMs for N ms on another stream;
-// reports the backward's time against the undisturbed median and, deterministic, whether its dQ bits match.
-// Use it with --config: it runs for every row.
+// --busy-ms N [--busy-ctas K[,K...]]: after each row, for each K, one more backward while K CTAs of a spin kernel
+// (200 KB of shared memory each, so none of ours fits beside one; default: every SM) hold K SMs for N ms on another
+// stream, launched 1 ms before it; reports the backward's time against the undisturbed median, the bound
+// 1.15 x SMs / (SMs - K), and whether its dQ, dK and dV bits equal the undisturbed run's (every mode: a
+// non-deterministic run may differ). Use it with --config: it runs for every row.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -46,6 +47,13 @@ __global__ void spin_kernel(long long cycles) {
   while (clock64() - start < cycles) {
   }
   if (threadIdx.x == 0) hog[0] = 1;
+}
+
+// Holds its stream for `cycles` clock cycles (one small CTA).
+__global__ void delay_kernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
 }
 
 // Order-independent 64-bit fingerprint of a buffer (integer sums commute, so the atomics are deterministic):
@@ -94,7 +102,8 @@ double median(std::vector<float> v) {
 
 int main(int argc, char** argv) {
   std::string out_path = "backward.jsonl", commit = "unknown";
-  int warmup = 3, iters = 10, only_hdim = 0, busy_ms = 0, busy_ctas = 0;
+  int warmup = 3, iters = 10, only_hdim = 0, busy_ms = 0;
+  std::vector<int> busy_ctas;
   bool quick = false;
   std::string only_config, only_schedules, gqa = "auto";
   for (int i = 1; i < argc; ++i) {
@@ -106,7 +115,14 @@ int main(int argc, char** argv) {
     else if (a == "--iters") iters = std::atoi(next().c_str());
     else if (a == "--only-hdim") only_hdim = std::atoi(next().c_str());
     else if (a == "--busy-ms") busy_ms = std::atoi(next().c_str());
-    else if (a == "--busy-ctas") busy_ctas = std::atoi(next().c_str());
+    else if (a == "--busy-ctas") {
+      const std::string list = next();
+      for (size_t at = 0; at < list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        busy_ctas.push_back(std::atoi(list.substr(at, comma - at).c_str()));
+        at = comma + 1;
+      }
+    }
     else if (a == "--quick") quick = true;
     else if (a == "--config") only_config = next();
     else if (a == "--schedules") only_schedules = "," + next() + ",";
@@ -265,6 +281,7 @@ int main(int argc, char** argv) {
       // Simulated makespan of the same plan, and the GQA mode it has.
       double sim_us = -1;
       const char* gqa_plan = "split";
+      int plan_wave = 1;
       {
         const void* data = nullptr;
         size_t bytes = 0;
@@ -275,6 +292,7 @@ int main(int argc, char** argv) {
         const dash::CostModel cm = dash::CostModel::for_problem(hp.problem(), {hp.header.block_m, hp.header.block_n});
         sim_us = dash::simulate(hp, hp.header.num_ctas, cm, so).makespan;
         gqa_plan = dash::gqa_mode_name(hp.gqa_mode());
+        plan_wave = hp.header.min_coresident_ctas;
       }
       const double med = median(times);
       const double mn = *std::min_element(times.begin(), times.end());
@@ -295,10 +313,12 @@ int main(int argc, char** argv) {
       std::fflush(out);
       std::fflush(stdout);
 
-      // Busy-SM experiment on the first hdim-128 causal config, auto schedule, deterministic.
+      // Busy-SM experiment: the same call while other kernels hold K SMs.
       if (busy_ms > 0) {
-        const uint64_t ref = hash_device(bf.dq, bf.nq * 2);
-        const int hogs = busy_ctas > 0 ? std::min(busy_ctas, sms) : sms;
+        dash_bwd(&a, plan, det, ws, ws_bytes, stream);  // the undisturbed reference bits
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const uint64_t ref = hash_device(bf.dq, bf.nq * 2) ^ (hash_device(bf.dk, bf.nk * 2) * 3) ^
+                             (hash_device(bf.dv, bf.nk * 2) * 7);
         cudaStream_t other;
         CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
         const int hog_smem = 200 * 1024;
@@ -306,24 +326,36 @@ int main(int argc, char** argv) {
         int clock_khz = 0;
         CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
         const long long cycles = (long long)busy_ms * clock_khz;  // kHz = cycles per ms
-        spin_kernel<<<hogs, 32, hog_smem, other>>>(cycles);
-        CUDA_CHECK(cudaEventRecord(e0, stream));
-        dash_bwd(&a, plan, det, ws, ws_bytes, stream);
-        CUDA_CHECK(cudaEventRecord(e1, stream));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        CUDA_CHECK(cudaStreamSynchronize(other));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        const bool same = hash_device(bf.dq, bf.nq * 2) == ref;
-        std::printf("BUSY %s %s %s: %d SMs held %d ms on another stream: backward %.3f ms (undisturbed median %.3f "
-                    "ms, x%.2f), dQ bits %s\n", config_name, det ? "det" : "nondet", schedule, hogs, busy_ms, ms, med,
-                    ms / med, det ? (same ? "identical" : "DIFFERENT") : "(non-deterministic)");
-        std::fprintf(out,
-                     "{\"commit\":\"%s\",\"gpu\":\"%s\",\"op\":\"backward_busy_sms\",\"config\":\"%s\",\"mode\":\"%s\","
-                     "\"schedule\":\"%s\",\"busy_ctas\":%d,\"busy_ms\":%d,\"elapsed_ms\":%.4f,"
-                     "\"undisturbed_median_ms\":%.4f,\"dq_bitwise_identical\":%s}\n",
-                     commit.c_str(), prop.name, config_name, det ? "deterministic" : "nondeterministic", schedule, hogs,
-                     busy_ms, ms, med, det ? (same ? "true" : "false") : "null");
+        const long long lead_cycles = (long long)clock_khz;       // 1 ms
+        for (int held : busy_ctas.empty() ? std::vector<int>{sms} : busy_ctas) {
+          const int hogs = std::min(held, sms);
+          spin_kernel<<<hogs, 32, hog_smem, other>>>(cycles);
+          delay_kernel<<<1, 32, 0, stream>>>(lead_cycles);  // the hogs start first, as a communication kernel would
+          CUDA_CHECK(cudaEventRecord(e0, stream));
+          dash_bwd(&a, plan, det, ws, ws_bytes, stream);
+          CUDA_CHECK(cudaEventRecord(e1, stream));
+          CUDA_CHECK(cudaEventSynchronize(e1));
+          CUDA_CHECK(cudaStreamSynchronize(other));
+          float ms = 0;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+          const bool same = (hash_device(bf.dq, bf.nq * 2) ^ (hash_device(bf.dk, bf.nk * 2) * 3) ^
+                             (hash_device(bf.dv, bf.nk * 2) * 7)) == ref;
+          const double bound = hogs < sms ? 1.15 * sms / double(sms - hogs) : 0;
+          const bool within = hogs < sms && ms / med <= bound;
+          std::printf("BUSY %s %s %s: %d SMs held %d ms on another stream: backward %.3f ms (undisturbed median %.3f "
+                      "ms, x%.2f, bound x%.2f %s), dQ/dK/dV bits %s\n", config_name, det ? "det" : "nondet", schedule,
+                      hogs, busy_ms, ms, med, ms / med, bound, within ? "met" : "MISSED",
+                      same ? "identical" : (det ? "DIFFERENT" : "differ (non-deterministic)"));
+          std::fprintf(out,
+                       "{\"commit\":\"%s\",\"gpu\":\"%s\",\"op\":\"backward_busy_sms\",\"config\":\"%s\",\"mode\":\"%s\","
+                       "\"schedule\":\"%s\",\"busy_ctas\":%d,\"busy_ms\":%d,\"elapsed_ms\":%.4f,"
+                       "\"undisturbed_median_ms\":%.4f,\"ratio\":%.3f,\"bound\":%.3f,\"within_bound\":%s,"
+                       "\"bitwise_identical_to_unloaded\":%s,\"plan_wave\":%d}\n",
+                       commit.c_str(), prop.name, config_name, det ? "deterministic" : "nondeterministic", schedule,
+                       hogs, busy_ms, ms, med, ms / med, bound, within ? "true" : "false", same ? "true" : "false",
+                       plan_wave);
+          std::fflush(out);
+        }
         CUDA_CHECK(cudaStreamDestroy(other));
       }
       dash_plan_destroy(plan);

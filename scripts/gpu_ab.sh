@@ -4,7 +4,7 @@
 # and deterministic `auto`) and forward benchmarks over the protocol grid, interleaved (base, new, new, base, ...),
 # then the SHA-256 of dQ / dK / dV of both builds for every deterministic planner on a few shapes.
 #
-#   scripts/gpu_ab.sh BASE_DIR NEW_BUILD_DIR [--repeats N] [--no-forward] [--no-bits]
+#   scripts/gpu_ab.sh BASE_DIR NEW_BUILD_DIR [--repeats N] [--no-forward] [--no-bits] [--schedules LIST]
 #
 # BASE_DIR holds libdash_attn.so, dash-bench-bwd, dash-bench-fwd and dash-attn of the baseline (copied from its
 # build/ and bench/ folders); NEW_BUILD_DIR is a scripts/build.sh tree. Carry both to the GPU machine. Results go to
@@ -17,6 +17,7 @@ base=$(cd "${1:?usage: scripts/gpu_ab.sh BASE_DIR NEW_BUILD_DIR}" && pwd)
 new=$(cd "${2:?usage: scripts/gpu_ab.sh BASE_DIR NEW_BUILD_DIR}" && pwd)
 shift 2
 repeats=2
+schedules=nondet,auto  # dash-bench-bwd --schedules: nondet and the deterministic schedules to time
 forward=1
 bits=1
 while [ $# -gt 0 ]; do
@@ -24,6 +25,7 @@ while [ $# -gt 0 ]; do
     --repeats) repeats="$2"; shift 2 ;;
     --no-forward) forward=0; shift ;;
     --no-bits) bits=0; shift ;;
+    --schedules) schedules="$2"; shift 2 ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
 done
@@ -37,7 +39,7 @@ bench_pair() {  # which (base|new), repeat
   local which=$1 r=$2 dir bin_bwd bin_fwd runner
   if [ "$which" = base ]; then runner=run_base; bin_bwd="$base/dash-bench-bwd"; bin_fwd="$base/dash-bench-fwd"
   else runner=run_new; bin_bwd="$new/bench/dash-bench-bwd"; bin_fwd="$new/bench/dash-bench-fwd"; fi
-  $runner timeout 240 "$bin_bwd" --out "$out/$which-bwd-$r.jsonl" --commit "$which" --schedules nondet,auto \
+  $runner timeout 240 "$bin_bwd" --out "$out/$which-bwd-$r.jsonl" --commit "$which" --schedules "$schedules" \
     >"$out/$which-bwd-$r.log" 2>&1 || echo "$which backward run $r failed (rc $?): $(tail -2 "$out/$which-bwd-$r.log")"
   if [ "$forward" = 1 ]; then
     $runner timeout 120 "$bin_fwd" --out "$out/$which-fwd-$r.jsonl" --commit "$which" --cooldown-ms 100 \

@@ -5,7 +5,7 @@ add_test(NAME cli.plan COMMAND dash-attn plan --seqlen 1024 --heads 1 --causal -
 set_tests_properties(cli.plan PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "dQ7: K3, K2, K1, K0, K4, K5, K6, K7")
 add_test(NAME cli.simulate COMMAND dash-attn simulate --seqlen 16384 --heads 16 --hdim 64 --ctas 78)
 set_tests_properties(cli.simulate PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "shift +- +rejected: schedule: shift cannot run this problem with 78 co-resident CTAs")
+  PASS_REGULAR_EXPRESSION "shift +- +rejected: schedule: shift cannot run this problem on 78 CTAs: the plan's waits need 128 co-resident")
 add_test(NAME cli.bad_integer COMMAND dash-attn plan --seqlen abc)
 set_tests_properties(cli.bad_integer PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "--seqlen: expected an integer")
 add_test(NAME cli.bad_heads COMMAND dash-attn simulate --heads 6 --heads-kv 4)

@@ -48,8 +48,8 @@ inline const std::vector<OptionSpec>& all_options() {
       {"--block-m", "N", "shape", "query rows per tile, with --block-n (default: the kernels' tiles for --hdim)"},
       {"--block-n", "N", "shape", "keys per tile, with --block-m"},
       {"--gqa", "MODE", "shape",
-       "split (one unit per query head, default) | pack (one unit per KV head) | auto (the planner\n"
-       "picks per candidate, by simulation on batch-1 problems, as dash_attn does)"},
+       "auto (default: auto's offline table picks split or pack, as dash_attn does) | split (one unit\n"
+       "per query head) | pack (one unit per KV head)"},
       {"--ctas", "P", "schedule", "co-resident CTAs (default 132, an H200's SMs)"},
       {"--schedule", "NAME", "schedule",
        "ascending | descending | shift | symmetric-shift | auto | auto-fastest (default auto)"},
@@ -133,7 +133,6 @@ inline std::string why_not_taken(const std::string& command, const std::string& 
       {"grid", detail::joined(detail::joined(detail::kShape, detail::kTiles), {"--any-hdim"}),
        "it runs the benchmark grid's own shapes"},
       {"check", {"--block-m", "--block-n"}, "it runs the kernels, which use their own tile shape"},
-      {"check", {"--gqa"}, "it runs split-heads plans, one unit per query head"},
       {"check", {"--any-hdim"}, "it runs the kernels, which are built for some head dims only"},
       {"check", {"--ctas"}, "it plans for the GPU's own SM count, or 132 CTAs with --device cpu"},
       {"check", detail::kCost, "it runs the backward itself rather than the cost model"},
@@ -312,7 +311,7 @@ inline std::string overview() {
 struct Shape {
   dash::Problem problem;
   dash::TileShape tiles{};
-  dash::GqaMode gqa = dash::GqaMode::SplitHeads;
+  dash::GqaMode gqa = dash::GqaMode::Auto;  // as dash_attn and the C ABI's callers in this repo
 };
 
 // `studies`: plan and simulate take --any-hdim, which lifts the restriction to the head dims the kernels are

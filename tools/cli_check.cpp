@@ -83,8 +83,8 @@ struct RunHashes {
   std::string dq, dk, dv;
 };
 
-std::vector<RunHashes> check_on_cpu(const Problem& p, const std::string& schedule, int runs, uint32_t seed,
-                                    std::string& planner) {
+std::vector<RunHashes> check_on_cpu(const Problem& p, const std::string& schedule, int32_t gqa_mode, int runs,
+                                    uint32_t seed, std::string& planner) {
   RandomInputs in = random_inputs(p, seed);
   std::vector<float> o(in.q.size()), lse(size_t(p.batch) * p.heads_q * p.seqlen_q);
   std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
@@ -94,7 +94,7 @@ std::vector<RunHashes> check_on_cpu(const Problem& p, const std::string& schedul
   require(dash_cpu_fwd(&fwd), "dash_cpu_fwd");
   void* blob = nullptr;
   size_t blob_bytes = 0;
-  require(dash_plan_build_host(&cp, schedule.c_str(), 132, DASH_GQA_SPLIT_HEADS, &blob, &blob_bytes),
+  require(dash_plan_build_host(&cp, schedule.c_str(), 132, gqa_mode, &blob, &blob_bytes),
           "dash_plan_build_host");
   planner = planner_name(static_cast<Planner>(static_cast<const dash_plan_header*>(blob)->planner));
   dash_bwd_args bwd{cp, DASH_DTYPE_FP32, fwd.q, fwd.k, fwd.v, fwd.o, dense(in.d_o.data(), p, false), lse.data(),
@@ -147,8 +147,9 @@ class DeviceBuffer {
   size_t bytes_;
 };
 
-std::vector<RunHashes> check_on_gpu(const Problem& p, const std::string& schedule, int runs, uint32_t seed,
-                                    dash_dtype dtype, bool deterministic, std::string& planner, std::string& gpu) {
+std::vector<RunHashes> check_on_gpu(const Problem& p, const std::string& schedule, int32_t gqa_mode, int runs,
+                                    uint32_t seed, dash_dtype dtype, bool deterministic, std::string& planner,
+                                    std::string& gpu) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     throw Error("--device", "no CUDA device here; use --device cpu for the CPU backend");
@@ -173,7 +174,7 @@ std::vector<RunHashes> check_on_gpu(const Problem& p, const std::string& schedul
                     dense(o.get(), p, false), static_cast<float*>(lse.get()), 0.f};
   require(dash_fwd(&fwd, nullptr, 0, nullptr), "dash_fwd");
   dash_plan_t plan = nullptr;
-  require(dash_plan_create(&cp, schedule.c_str(), 0, DASH_GQA_SPLIT_HEADS, &plan), "dash_plan_create");
+  require(dash_plan_create(&cp, schedule.c_str(), 0, gqa_mode, &plan), "dash_plan_create");
   const void* blob = nullptr;
   size_t blob_bytes = 0;
   require(dash_plan_blob(plan, &blob, &blob_bytes), "dash_plan_blob");
@@ -245,7 +246,7 @@ int cmd_check(Args& args) {
   const uint32_t seed = uint32_t(args.integer("--seed", 0, 0));
   args.expect_all_used();
   if (dtype_name != "bf16" && dtype_name != "fp16") throw Error("--dtype", "expected bf16 or fp16");
-  // The kernels' tile shape and split-heads plans: check does not take --block-m, --block-n or --gqa.
+  // The kernels' tile shape: check does not take --block-m or --block-n.
   // Limits before work: the kernels' and the plan format's limits, then host memory, before any planning or
   // allocation.
   const dash_problem limits_problem = s.problem.to_c();
@@ -268,11 +269,11 @@ int cmd_check(Args& args) {
   if (device == "cpu") {
     if (!deterministic) throw Error("--nondeterministic", "the CPU backend has no non-deterministic mode");
     where = "the CPU backend (fp32)";
-    hashes = check_on_cpu(s.problem, schedule, runs, seed, planner);
+    hashes = check_on_cpu(s.problem, schedule, int32_t(s.gqa), runs, seed, planner);
   } else if (device == "cuda") {
 #ifdef DASH_HAVE_CUDA
     std::string gpu;
-    hashes = check_on_gpu(s.problem, schedule, runs, seed, dtype_name == "bf16" ? DASH_DTYPE_BF16 : DASH_DTYPE_FP16,
+    hashes = check_on_gpu(s.problem, schedule, int32_t(s.gqa), runs, seed, dtype_name == "bf16" ? DASH_DTYPE_BF16 : DASH_DTYPE_FP16,
                           deterministic, planner, gpu);
     where = gpu + " (" + dtype_name + ")";
 #else

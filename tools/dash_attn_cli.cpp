@@ -177,7 +177,7 @@ int cmd_simulate(Args& args) {
                 waits, c.plan->note.empty() ? "" : "; ", c.plan->note.c_str());
   }
   std::cout << "\nauto picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::Auto)
-            << " (batch-invariant); auto-fastest picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::AutoFastest)
+            << " (offline table: the same for any batch, heads or CTA count); auto-fastest picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::AutoFastest)
             << "\n";
   if (svg) {
     const Candidate* drawn = best;

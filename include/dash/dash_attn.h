@@ -85,10 +85,12 @@ dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspac
  *
  * The backward executes a PLAN (dash/plan_format.h): which KV tiles each work item processes, the order in
  * which it visits Q tiles, and the order in which dQ partials (and, for split-head GQA, dK/dV partials) are
- * added. A plan is built once per (problem, schedule, num_ctas) and copied to the device once:
+ * added. A plan is made once per (problem, schedule, num_ctas): its tables (a "unit template") depend only on the
+ * sequence lengths, mask, head dim, GQA group, GQA mode and planner, are built and validated once per process and
+ * copied to each device once, and are shared by every plan with the same template, whatever its batch or heads:
  *
  *   dash_plan_t plan;
- *   dash_plan_create(&args.problem, "auto", 0, DASH_GQA_SPLIT_HEADS, &plan);
+ *   dash_plan_create(&args.problem, "auto", 0, DASH_GQA_AUTO, &plan);
  *   size_t bytes = dash_bwd_workspace_size(&args, plan);        // caller allocates `bytes` of device memory
  *   dash_bwd(&args, plan, 1, workspace, bytes, stream);          // deterministic: same bits on every run
  *   dash_plan_destroy(plan);
@@ -100,16 +102,28 @@ dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspac
 
 typedef struct dash_plan_s* dash_plan_t;
 
-/* Builds and validates a plan on the host (dash::build_plan) and copies it to the current device.
- * schedule: "auto", "auto-fastest", "ascending", "descending", "shift" or "symmetric-shift".
- * num_ctas: CTAs of the persistent kernel; 0 = the multiprocessor count of the current device.
- * gqa_mode: DASH_GQA_SPLIT_HEADS, DASH_GQA_PACK_GROUP, or DASH_GQA_AUTO (the planner picks one of the two by
- * simulation, on batch-1 problems: the same choice, and so the same bits per sequence, whatever the batch). */
+/* Resolves the schedule (dash::plan_for), takes the unit template from the process's cache (building and validating
+ * it on first use) and its device copy from the device's cache (uploading it on first use, waiting for that copy
+ * only). schedule: "auto", "auto-fastest", "ascending", "descending", "shift" or "symmetric-shift".
+ * num_ctas: CTAs the backward launches, at most dash_usable_sms(); 0 = dash_usable_sms(). Pass that less sm_margin
+ * to leave sm_margin SMs to other kernels. Every CTA count from the SM count down to the plan's wave
+ * (min_coresident_ctas in the header: the CTAs its waits need running at once; 1 for descending and ascending)
+ * gives the same plan and the same bits; below the wave, a named planner is refused (DASH_ERROR_INVALID_ARGUMENT
+ * naming `schedule`) and auto takes the next candidate of its table whose wave fits (different bits).
+ * gqa_mode: DASH_GQA_SPLIT_HEADS, DASH_GQA_PACK_GROUP, or DASH_GQA_AUTO (auto's offline table picks one; the same
+ * choice, and so the same bits per sequence, whatever the batch, head count or num_ctas). */
 dash_status dash_plan_create(const dash_problem* problem, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
                              dash_plan_t* out);
 void dash_plan_destroy(dash_plan_t plan);
-/* The plan's host copy: the serialized blob (dash/plan_format.h); valid until dash_plan_destroy. */
+/* The plan's host copy: the serialized blob (dash/plan_format.h) with this problem's header, made on the first call
+ * (it copies the tables); valid until dash_plan_destroy. */
 dash_status dash_plan_blob(dash_plan_t plan, const void** data, size_t* bytes);
+/* SMs the current context can run on (the current device's; fewer in a green context or an MPS client with an SM
+ * limit): the largest num_ctas dash_plan_create accepts, and what 0 means there. */
+dash_status dash_usable_sms(int32_t* sms);
+/* What auto chose and why, and the planner's generalisations, in words ("" if nothing to say); valid until
+ * dash_plan_destroy. NULL for a null handle. */
+const char* dash_plan_note(dash_plan_t plan);
 
 typedef struct dash_bwd_args {
   dash_problem problem; /* must equal the plan's problem */
@@ -136,11 +150,10 @@ size_t dash_bwd_workspace_size(const dash_bwd_args* args, dash_plan_t plan);
 
 /* Validates every argument (naming the offending one), then launches the backward on `cuda_stream`.
  * deterministic: 1 = ordered adds (bitwise reproducible), 0 = unordered atomic adds. `workspace` must be
- * 256-byte aligned device memory of at least dash_bwd_workspace_size() bytes. In deterministic mode, a plan whose
- * waits are not all backward (no DASH_PLAN_WAITS_ONLY_BACKWARD flag) is launched cooperatively; if the device
- * cannot hold its num_ctas CTAs at once the call returns DASH_ERROR_UNSUPPORTED. Every other call (the
- * non-deterministic mode has no wait between CTAs) is a plain launch, which other kernels holding SMs only slow
- * down in proportion. */
+ * 256-byte aligned device memory of at least dash_bwd_workspace_size() bytes. Always a plain launch of the plan's
+ * num_ctas CTAs (docs/DEADLOCK.md): kernels of other streams that hold SMs delay the CTAs they displace. The
+ * non-deterministic mode has no wait between CTAs; a deterministic plan progresses while its wave of CTAs runs, and
+ * otherwise resumes when the other kernels release their SMs. The bits never depend on how many CTAs ran. */
 dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t deterministic, void* workspace,
                      size_t workspace_bytes, void* cuda_stream);
 

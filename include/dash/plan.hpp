@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,9 +40,12 @@ const char* gqa_mode_name(GqaMode mode);
 struct Schedule {
   enum class Kind {
     Planner,     // exactly this planner; an error if it cannot run on the shape or P
-    Auto,        // lowest simulated makespan on a canonical problem derived from the sequence shape and P only:
-                 // the choice (and so every order) is the same whatever the batch size, head count or position
-    AutoFastest  // lowest simulated makespan on the actual problem: may pick differently when batch or heads change
+    Auto,        // the first candidate of the offline table (src/core/auto_table.inc, scripts/make_auto_table.sh)
+                 // for the sequence shape, mask, head dim and GQA group that runs on P CTAs: nothing is simulated
+                 // at call time, and the choice is the same whatever the batch size, head count or P (as long as
+                 // P holds the candidate's wave; below it, auto takes the next candidate, see plan_for)
+    AutoFastest  // lowest simulated makespan on the actual problem: simulates at call time (up to seconds), and
+                 // may pick differently when batch, heads or P change
   };
   Kind kind = Kind::Auto;
   Planner planner = Planner::Ascending;
@@ -55,7 +59,8 @@ struct CostModel; // dash/simulator.hpp
 struct PlanRequest {
   Problem problem;
   Schedule schedule;
-  int32_t num_ctas = 132;           // P: CTAs guaranteed co-resident (cooperative launch) or launched
+  int32_t num_ctas = 132;           // P: the CTAs the kernel launches (docs/DEADLOCK.md: a plan needs only its
+                                    // wave of them running at once)
   TileShape tiles{};                // 0 = default_backward_tiles(head_dim)
   GqaMode gqa_mode = GqaMode::SplitHeads;
   const CostModel* cost = nullptr;  // for auto; nullptr = CostModel::for_problem(problem, tiles)
@@ -110,8 +115,67 @@ void check_plan_limits(const Problem& problem, TileShape tiles, GqaMode mode, in
 // show that a refusal came before any planning.
 int64_t planner_runs();
 
-// Builds and validates a plan. Throws dash::Error naming the argument when the request is invalid or the
-// named planner cannot run on this shape / P (only the auto schedules fall back, and record why in `note`).
+// ---- Unit templates, cached per sequence template ----
+
+// Everything a unit template depends on (dash/plan_format.h, "Units"): never the batch size, the head count or P.
+struct TemplateKey {
+  int32_t seqlen_q = 0, seqlen_k = 0;
+  int32_t mask = 0, window_left = -1, window_right = -1;
+  int32_t head_dim = 0, block_m = 0, block_n = 0;
+  int32_t group_size = 1;
+  int32_t gqa_mode = 0;  // SplitHeads or PackGroup
+  int32_t planner = 0;
+  bool operator==(const TemplateKey& o) const;
+};
+TemplateKey template_key(const Problem& problem, TileShape tiles, GqaMode mode, Planner planner);
+
+// A validated unit template: tables for one unit of the problem (batch 1, one KV head, its group of query heads).
+// Shared by every plan whose problem has the same TemplateKey; immutable once built.
+struct UnitTemplate {
+  Plan plan;                       // header.problem is the one-unit problem; header.num_ctas is unused
+  int32_t wave = 1;                // fewest CTAs that must run at once (min_coresident_ctas)
+  bool waits_only_backward = false;
+  size_t bytes() const;            // host memory it holds
+};
+
+// The validated template for `key`: from the process-wide cache, else built, validated and cached (thread-safe;
+// the cache keeps the most recently used templates up to 1 GiB of tables). Throws dash::Error when the key's
+// planner cannot build or validate it.
+std::shared_ptr<const UnitTemplate> unit_template(const TemplateKey& key);
+
+struct TemplateCacheStats {
+  int64_t hits = 0, builds = 0, entries = 0;
+  size_t bytes = 0;
+};
+TemplateCacheStats template_cache_stats();
+void clear_template_cache();
+
+// A plan for one problem: a shared unit template and the header of the real problem.
+struct BoundPlan {
+  std::shared_ptr<const UnitTemplate> unit;
+  dash_plan_header header{};  // the real problem, num_units, num_ctas, flags, min_coresident_ctas = unit->wave
+  std::string note;           // auto's choice and fallbacks, generalisations, in words
+};
+
+// One (GQA mode, planner) pair that auto may choose.
+struct Candidate {
+  GqaMode mode = GqaMode::SplitHeads;
+  Planner planner = Planner::Descending;
+  bool operator==(const Candidate& o) const { return mode == o.mode && planner == o.planner; }
+};
+
+// auto's candidates for this sequence shape, best first, from the offline table (src/core/auto_table.inc): a
+// function of the mask, head dim, GQA group and tile counts only. Every list ends with split-heads descending and
+// ascending, whose waits all target earlier tickets (wave 1), so one candidate always runs.
+std::vector<Candidate> auto_candidates(const Problem& problem, TileShape tiles);
+
+// Resolves the schedule, fetches (or builds) the template, and checks it runs on request.num_ctas CTAs. A
+// template seen before costs a cache look-up. auto takes the first table candidate the request's GQA mode allows
+// whose wave fits num_ctas (the note names any it skipped); a named planner whose wave exceeds num_ctas is an
+// error. Throws dash::Error naming the argument.
+BoundPlan plan_for(const PlanRequest& request);
+
+// plan_for, then a Plan that owns a copy of the tables with the real problem's header (CLI, simulator, tests).
 Plan build_plan(const PlanRequest& request);
 
 // Builds the unit template of one planner without validating it (tests use it to feed the validator).

@@ -57,7 +57,7 @@ if torch is not None:
     from . import _torch_ops
 
     def attention(q, k, v, causal=False, softmax_scale=None, deterministic=True, schedule="auto",
-                  return_lse=False):
+                  return_lse=False, sm_margin=0):
         """softmax(q k^T * scale) v for (batch, seqlen, heads, head_dim) tensors.
 
         causal: bottom-right aligned when seqlen_q != seqlen_k, as FlashAttention does (query i sees key j iff
@@ -66,20 +66,25 @@ if torch is not None:
             faster non-deterministic mode (CUDA only: the CPU backend always adds in plan order and refuses
             False). schedule: the backward plan ("auto", "ascending", "descending", "shift",
             "symmetric-shift", "auto-fastest"). return_lse: also return the log-sum-exp (batch, heads,
-            seqlen_q), fp32, not differentiable.
+            seqlen_q), fp32, not differentiable. sm_margin: SMs the backward leaves free for other kernels
+            (communication, as FA3's sm_margin): it launches SMs - sm_margin CTAs. Any margin gives the same bits as
+            long as the plan's wave of CTAs fits; below it a named schedule is refused and auto takes another plan
+            (docs/DEADLOCK.md).
         Size limits (plan format, index types) are checked before anything is planned or allocated.
         """
-        validate(q, k, v, causal, softmax_scale, schedule, deterministic)
-        return _attention(q, k, v, causal, softmax_scale, deterministic, schedule, return_lse)
+        validate(q, k, v, causal, softmax_scale, schedule, deterministic, sm_margin=sm_margin)
+        return _attention(q, k, v, causal, softmax_scale, deterministic, schedule, return_lse, sm_margin)
 
-    def _attention(q, k, v, causal, softmax_scale, deterministic, schedule, return_lse):
+    def _attention(q, k, v, causal, softmax_scale, deterministic, schedule, return_lse, sm_margin=0):
         scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
         needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-        out, lse = _torch_ops.fwd(q, k, v, causal, scale, bool(deterministic), schedule, needs_backward)
+        out, lse = _torch_ops.fwd(q, k, v, causal, scale, bool(deterministic), schedule, needs_backward,
+                                  int(sm_margin))
         return (out, lse) if return_lse else out
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                                     scale=None, enable_gqa=False, *, deterministic=True, schedule="auto"):
+                                     scale=None, enable_gqa=False, *, deterministic=True, schedule="auto",
+                                     sm_margin=0):
         """torch.nn.functional.scaled_dot_product_attention with PyTorch's semantics, or a refusal.
 
         query (N, ..., Hq, L, E), key / value (N, ..., H, S, E); 3-D inputs (N, L, E) have one head. Matches
@@ -87,7 +92,7 @@ if torch is not None:
         enable_gqa=True (default False). Refused with an error naming the argument, because dash_attn cannot
         match PyTorch there: attn_mask, dropout_p > 0, is_causal=True with L != S (PyTorch's top-left mask;
         dash_attn.attention(causal=True) gives FlashAttention's bottom-right one), a value head dim other than
-        E, scale <= 0. deterministic / schedule are dash_attn's (keyword only).
+        E, scale <= 0. deterministic / schedule / sm_margin are dash_attn's (keyword only).
         """
         if attn_mask is not None:
             raise ValueError("dash_attn.scaled_dot_product_attention: attn_mask is not supported (use is_causal)")
@@ -132,8 +137,8 @@ if torch is not None:
         q, k, v = (to_bshd(t) for t in (query, key, value))
         caller_shape = {id(q): qs, id(k): ks, id(v): vs}
         validate(q, k, v, bool(is_causal), scale, schedule, deterministic, names=("query", "key", "value"),
-                 layout="(N, ..., heads, L, E)", shown=lambda t: caller_shape[id(t)])
-        out = _attention(q, k, v, bool(is_causal), scale, deterministic, schedule, False)
+                 layout="(N, ..., heads, L, E)", shown=lambda t: caller_shape[id(t)], sm_margin=sm_margin)
+        out = _attention(q, k, v, bool(is_causal), scale, deterministic, schedule, False, sm_margin)
         return out.transpose(1, 2).reshape(qs)
 
     def check_determinism(q, k, v, runs=5, causal=False, deterministic=True, schedule="auto", seed=0):

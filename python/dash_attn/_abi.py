@@ -42,6 +42,20 @@ class BwdArgs(ctypes.Structure):
                 ("dv", Tensor), ("softmax_scale", ctypes.c_float), ("debug_order_log", ctypes.c_void_p)]
 
 
+class PlanHeader(ctypes.Structure):
+    """dash_plan_header (dash/plan_format.h)."""
+    _fields_ = ([(name, ctypes.c_uint32) for name in ("magic", "version", "total_bytes", "flags")] +
+                [("problem", Problem)] +
+                [(name, ctypes.c_int32) for name in (
+                    "block_m", "block_n", "num_q_tiles", "num_kv_tiles", "planner", "gqa_mode", "group_size",
+                    "heads_per_unit", "num_units", "items_per_unit", "segments_per_unit", "visits_per_unit",
+                    "num_ctas", "min_coresident_ctas", "max_visits_per_item", "reserved0")] +
+                [(name, ctypes.c_uint32) for name in (
+                    "items_offset", "segments_offset", "visits_offset", "dq_count_offset",
+                    "group_head_by_rank_offset")] +
+                [("reserved1", ctypes.c_uint32 * 3), ("reserved2", ctypes.c_uint32 * 2)])
+
+
 def _candidates():
     env = os.environ.get("DASH_ATTN_LIBRARY")
     if env:
@@ -88,6 +102,9 @@ def _declare(lib):
         "dash_plan_create": (c_int, [ctypes.POINTER(Problem), ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
                                      ctypes.POINTER(vp)]),
         "dash_plan_destroy": (None, [vp]),
+        "dash_plan_note": (ctypes.c_char_p, [vp]),
+        "dash_usable_sms": (c_int, [ctypes.POINTER(ctypes.c_int32)]),
+        "dash_plan_blob": (c_int, [vp, ctypes.POINTER(vp), ctypes.POINTER(c_size)]),
         "dash_bwd_workspace_size": (c_size, [ctypes.POINTER(BwdArgs), vp]),
         "dash_bwd": (c_int, [ctypes.POINTER(BwdArgs), vp, ctypes.c_int32, vp, c_size, vp]),
     }
@@ -98,7 +115,7 @@ def _declare(lib):
 
 def _check_layout(lib):
     for name, struct in (("dash_problem", Problem), ("dash_tensor", Tensor), ("dash_fwd_args", FwdArgs),
-                         ("dash_bwd_args", BwdArgs)):
+                         ("dash_bwd_args", BwdArgs), ("dash_plan_header", PlanHeader)):
         theirs = lib.dash_abi_struct_size(name.encode())
         if theirs != ctypes.sizeof(struct):
             raise ImportError(f"dash_attn: {name} is {theirs} bytes in the library but {ctypes.sizeof(struct)} "
@@ -179,13 +196,25 @@ class HostPlan:
 
 
 class DevicePlan:
-    """A plan built on the host and copied to the current CUDA device once (dash_plan_create)."""
+    """A plan for the current CUDA device (dash_plan_create): its unit template is built once per process and copied
+    to the device once, shared by every plan of the same sequence template."""
 
     def __init__(self, problem: Problem, schedule: str, num_ctas: int, gqa_mode: int):
         handle = ctypes.c_void_p()
         check(LIB.dash_plan_create(ctypes.byref(problem), schedule.encode(), num_ctas, gqa_mode,
                                    ctypes.byref(handle)))
         self.handle = handle
+
+    @property
+    def note(self) -> str:
+        """What auto chose and why (dash_plan_note)."""
+        return (LIB.dash_plan_note(self.handle) or b"").decode()
+
+    def header_field(self, name: str) -> int:
+        """One field of the plan's header (dash_plan_blob), e.g. "planner", "gqa_mode", "min_coresident_ctas"."""
+        data, size = ctypes.c_void_p(), ctypes.c_size_t()
+        check(LIB.dash_plan_blob(self.handle, ctypes.byref(data), ctypes.byref(size)))
+        return int(getattr(ctypes.cast(data, ctypes.POINTER(PlanHeader)).contents, name))
 
     def __del__(self):
         if getattr(self, "handle", None) and LIB is not None:

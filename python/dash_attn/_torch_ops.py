@@ -21,7 +21,7 @@ _CPU_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def validate(q, k, v, causal, softmax_scale, schedule, deterministic, names=("q", "k", "v"),
-             layout="(batch, seqlen, heads, head_dim)", shown=None):
+             layout="(batch, seqlen, heads, head_dim)", shown=None, sm_margin=0):
     """Raises TypeError / ValueError naming the offending argument, the same for CPU and CUDA tensors.
 
     `names` and `layout` are how the caller calls its tensors, and `shown(t)` the shape the caller passed
@@ -68,6 +68,9 @@ def validate(q, k, v, causal, softmax_scale, schedule, deterministic, names=("q"
                          f"{nq} shape {shape(q)}")
     if schedule not in SCHEDULES:
         raise ValueError(f"dash_attn: schedule {schedule!r} is unknown (expected one of {', '.join(SCHEDULES)})")
+    if isinstance(sm_margin, bool) or not isinstance(sm_margin, int):
+        raise TypeError(f"dash_attn: sm_margin must be an int, got {type(sm_margin).__name__}")
+    _num_ctas(q.device, sm_margin)  # in range for the device
     if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale > 0):
         raise ValueError(f"dash_attn: softmax_scale must be finite and > 0, got {softmax_scale}")
     if not isinstance(causal, bool):
@@ -93,27 +96,49 @@ def _tensor(t) -> _abi.Tensor:
 
 
 _device_plans: dict = {}
+_sm_counts: dict = {}
 
 
-def _device_plan(problem: _abi.Problem, schedule: str, device: torch.device) -> _abi.DevicePlan:
-    key = (tuple(getattr(problem, f) for f, _ in _abi.Problem._fields_), schedule, device.index)
+def _num_ctas(device: torch.device, sm_margin: int) -> int:
+    """CTAs the backward launches: the device's SMs less the SMs the caller leaves to other kernels."""
+    if device.type != "cuda":
+        sms = CPU_PLAN_CTAS
+    else:
+        sms = _sm_counts.get(device.index)
+        if sms is None:  # the SMs this context can use (a green context or MPS limit may leave fewer)
+            count = ctypes.c_int32()
+            with torch.cuda.device(device):
+                check(LIB.dash_usable_sms(ctypes.byref(count)))
+            sms = _sm_counts[device.index] = count.value
+    if not 0 <= sm_margin < sms:
+        raise ValueError(f"dash_attn: sm_margin must be in [0, {sms}) for {device} ({sms} SMs"
+                         f"{', as the GPU plans the CPU backend follows' if device.type != 'cuda' else ''}), "
+                         f"got {sm_margin}")
+    return sms - sm_margin
+
+
+def _device_plan(problem: _abi.Problem, schedule: str, device: torch.device, num_ctas: int) -> _abi.DevicePlan:
+    key = (tuple(getattr(problem, f) for f, _ in _abi.Problem._fields_), schedule, device.index, num_ctas)
     plan = _device_plans.get(key)
     if plan is None:
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError("dash_attn: no plan for this shape yet, and plans cannot be built during CUDA-graph "
                                "capture (they copy to the device); run the step once eagerly before capturing")
         with torch.cuda.device(device):
-            # GQA: the planner picks one unit per query head or per KV head on batch-1 problems (batch-invariant).
-            plan = _abi.DevicePlan(problem, schedule, 0, _abi.DASH_GQA_AUTO)
+            # The library caches the tables per sequence template: a new batch size or head count for a sequence
+            # shape seen before costs a look-up. GQA: auto's offline table picks split or pack heads.
+            plan = _abi.DevicePlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO)
         _device_plans[key] = plan
     return plan
 
 
 @torch.library.custom_op("dash_attn::fwd", mutates_args=())
 def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: float,
-        deterministic: bool, schedule: str, needs_backward: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    # deterministic / schedule are carried for the backward (autograd saves them from here). needs_backward: the
-    # caller will differentiate, so the backward's limits are checked now too, before anything is allocated.
+        deterministic: bool, schedule: str, needs_backward: bool = False,
+        sm_margin: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    # deterministic / schedule / sm_margin are carried for the backward (autograd saves them from here).
+    # needs_backward: the caller will differentiate, so the backward's limits are checked now too, before anything
+    # is allocated.
     problem = _problem(q, k, causal)
     _abi.check_problem(problem, needs_backward)
     b, sq, hq, _ = q.shape
@@ -134,20 +159,23 @@ def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax
 
 
 @fwd.register_fake
-def _(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False):
+def _(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0):
     b, sq, hq, _ = q.shape
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((b, hq, sq), dtype=torch.float32)
 
 
 @torch.library.custom_op("dash_attn::bwd", mutates_args=())
 def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-        causal: bool, softmax_scale: float, deterministic: bool,
-        schedule: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        causal: bool, softmax_scale: float, deterministic: bool, schedule: str,
+        sm_margin: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # sm_margin: SMs the backward leaves to other kernels (it launches SMs - sm_margin CTAs); the bits are the same
+    # for any margin whose CTAs hold the plan's wave (dash_plan_create).
     problem = _problem(q, k, causal)
+    num_ctas = _num_ctas(q.device, sm_margin)
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     if q.is_cuda:
-        plan = _device_plan(problem, schedule, q.device)
+        plan = _device_plan(problem, schedule, q.device, num_ctas)
         dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
         args = _abi.BwdArgs(problem=problem, dtype=_GPU_DTYPES[q.dtype], q=_tensor(q), k=_tensor(k), v=_tensor(v),
                             o=_tensor(o), dout=_tensor(dout), lse=lse.data_ptr(), dq=_tensor(dq), dk=_tensor(dk),
@@ -162,7 +190,7 @@ def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
             check(LIB.dash_bwd(ctypes.byref(args), plan.handle, int(deterministic), aligned, nbytes,
                                torch.cuda.current_stream(q.device).cuda_stream))
         return dq, dk, dv
-    plan = _abi.HostPlan(problem, schedule, CPU_PLAN_CTAS, _abi.DASH_GQA_AUTO)
+    plan = _abi.HostPlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO)
     q32, k32, v32, o32, do32 = (t.float().contiguous() for t in (q, k, v, o, dout))
     dq, dk, dv = (torch.empty_like(t) for t in (q32, k32, v32))
     lse = lse.contiguous()
@@ -174,22 +202,24 @@ def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
 
 
 @bwd.register_fake
-def _(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule):
+def _(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, deterministic, schedule, _needs_backward = inputs
+    q, k, v, causal, softmax_scale, deterministic, schedule, _needs_backward, sm_margin = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.causal, ctx.softmax_scale, ctx.deterministic, ctx.schedule = causal, softmax_scale, deterministic, schedule
+    ctx.sm_margin = sm_margin
     ctx.mark_non_differentiable(lse)
 
 
 def _backward(ctx, dout, _dlse):
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = bwd(dout, q, k, v, o, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic, ctx.schedule)
-    return dq, dk, dv, None, None, None, None, None
+    dq, dk, dv = bwd(dout, q, k, v, o, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic, ctx.schedule,
+                     ctx.sm_margin)
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)

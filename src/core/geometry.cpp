@@ -6,6 +6,7 @@
 #include "dash/kernel_table.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <sstream>
 
 namespace dash {
@@ -136,6 +137,23 @@ Band band_of(const Problem& p) {
   const AttentionMask m = AttentionMask::of(p.to_c());
   return {m.left_bounded(), m.right_bounded(), m.left(), m.right(), m.diagonal_offset()};
 }
+
+// A block's query rows [i0, i1] and keys [j0, j1], clipped to the sequences.
+struct BlockSpan {
+  int64_t i0, i1, j0, j1;
+};
+BlockSpan span_of(const Problem& p, TileShape tiles, int32_t q_tile, int32_t kv_tile) {
+  const int64_t i0 = int64_t(q_tile) * tiles.block_m;
+  const int64_t j0 = int64_t(kv_tile) * tiles.block_n;
+  return {i0, std::min<int64_t>(p.seqlen_q, i0 + tiles.block_m) - 1, j0,
+          std::min<int64_t>(p.seqlen_k, j0 + tiles.block_n) - 1};
+}
+
+// Row i meets keys [j0, j1] iff lo(i) <= j1 and hi(i) >= j0. The band's edges are non-decreasing in the row,
+// so against one KV tile the Q tiles wholly before the band (even the last row's band ends before j0) are a
+// prefix and those wholly after it (even the first row's band starts past j1) a suffix; the rest meet it.
+bool before_band(const Band& b, const BlockSpan& s) { return b.right_bounded && s.i1 + b.offset + b.right < s.j0; }
+bool after_band(const Band& b, const BlockSpan& s) { return b.left_bounded && s.i0 + b.offset - b.left > s.j1; }
 } // namespace
 
 void TileGrid::visible_keys(int64_t row, int64_t& first, int64_t& last) const {
@@ -145,20 +163,12 @@ void TileGrid::visible_keys(int64_t row, int64_t& first, int64_t& last) const {
 }
 
 BlockKind TileGrid::kind(int32_t q_tile, int32_t kv_tile) const {
-  const int64_t i0 = int64_t(q_tile) * tiles_.block_m;
-  const int64_t i1 = std::min<int64_t>(problem_.seqlen_q, i0 + tiles_.block_m) - 1;
-  const int64_t j0 = int64_t(kv_tile) * tiles_.block_n;
-  const int64_t j1 = std::min<int64_t>(problem_.seqlen_k, j0 + tiles_.block_n) - 1;
+  const BlockSpan s = span_of(problem_, tiles_, q_tile, kv_tile);
   const Band b = band_of(problem_);
-  // The band's edges are non-decreasing in the row, so the rows meeting the tile form an interval:
-  // row i meets keys [j0, j1] iff lo(i) <= j1 and hi(i) >= j0.
-  int64_t first_row = i0, last_row = i1;
-  if (b.left_bounded) last_row = std::min(last_row, j1 - b.offset + b.left);
-  if (b.right_bounded) first_row = std::max(first_row, j0 - b.offset - b.right);
-  if (first_row > last_row) return BlockKind::Empty;
+  if (before_band(b, s) || after_band(b, s)) return BlockKind::Empty;
   // Fully visible iff the last row still sees key j0 and the first row already sees key j1.
-  const bool lower_ok = !b.left_bounded || i1 + b.offset - b.left <= j0;
-  const bool upper_ok = !b.right_bounded || i0 + b.offset + b.right >= j1;
+  const bool lower_ok = !b.left_bounded || s.i1 + b.offset - b.left <= s.j0;
+  const bool upper_ok = !b.right_bounded || s.i0 + b.offset + b.right >= s.j1;
   return (lower_ok && upper_ok) ? BlockKind::Full : BlockKind::Partial;
 }
 
@@ -179,9 +189,22 @@ int64_t TileGrid::unmasked_pairs(int32_t q_tile, int32_t kv_tile) const {
 }
 
 std::vector<int32_t> TileGrid::q_tiles_seen_by(int32_t kv_tile) const {
-  std::vector<int32_t> rows;
-  for (int32_t q = 0; q < num_q_tiles_; ++q)
-    if (kind(q, kv_tile) != BlockKind::Empty) rows.push_back(q);
+  // The Q tiles before the band are a prefix and those after it a suffix: bisect for both boundaries, so the
+  // cost is the answer's length (planning and validating a unit stay linear in its visits).
+  const Band b = band_of(problem_);
+  const auto first_where = [&](auto&& pred) {
+    int32_t lo = 0, hi = num_q_tiles_;
+    while (lo < hi) {
+      const int32_t mid = lo + (hi - lo) / 2;
+      if (pred(span_of(problem_, tiles_, mid, kv_tile))) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  };
+  const int32_t first = first_where([&](const BlockSpan& s) { return !before_band(b, s); });
+  const int32_t end = first_where([&](const BlockSpan& s) { return after_band(b, s); });
+  std::vector<int32_t> rows(end - first);
+  std::iota(rows.begin(), rows.end(), first);
   return rows;
 }
 

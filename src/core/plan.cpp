@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// build_plan (named planners and the auto rules), blob (de)serialisation and the text rendering.
+// plan_for / build_plan (the template cache, named planners and the auto rules), blob (de)serialisation and the
+// text rendering.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <limits>
+#include <list>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
 
 #include "dash/plan.hpp"
@@ -31,6 +34,38 @@ std::string Schedule::name() const {
   return "?";
 }
 
+bool TemplateKey::operator==(const TemplateKey& o) const {
+  return seqlen_q == o.seqlen_q && seqlen_k == o.seqlen_k && mask == o.mask && window_left == o.window_left &&
+         window_right == o.window_right && head_dim == o.head_dim && block_m == o.block_m && block_n == o.block_n &&
+         group_size == o.group_size && gqa_mode == o.gqa_mode && planner == o.planner;
+}
+
+TemplateKey template_key(const Problem& problem, TileShape tiles, GqaMode mode, Planner planner) {
+  if (mode == GqaMode::Auto) throw Error("gqa_mode", "a template key needs a resolved GQA mode (split or pack)");
+  if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
+  TemplateKey k;
+  k.seqlen_q = problem.seqlen_q;
+  k.seqlen_k = problem.seqlen_k;
+  k.mask = int32_t(problem.mask);
+  // Window sizes change the template only for the window mask; other masks ignore them.
+  k.window_left = problem.mask == Mask::Window ? problem.window_left : -1;
+  k.window_right = problem.mask == Mask::Window ? problem.window_right : -1;
+  k.head_dim = problem.head_dim;
+  k.block_m = tiles.block_m;
+  k.block_n = tiles.block_n;
+  // With a group of 1 the two GQA modes build the same tables; one key serves both.
+  k.group_size = problem.group_size();
+  k.gqa_mode = int32_t(k.group_size == 1 ? GqaMode::SplitHeads : mode);
+  k.planner = int32_t(planner);
+  return k;
+}
+
+size_t UnitTemplate::bytes() const {
+  return sizeof(UnitTemplate) + plan.items.size() * sizeof(dash_item) + plan.segments.size() * sizeof(dash_segment) +
+         plan.visits.size() * sizeof(dash_visit) + plan.dq_count.size() * sizeof(uint16_t) +
+         plan.group_head_by_rank.size() + plan.note.size();
+}
+
 namespace {
 
 constexpr uint32_t kAlign = 16;
@@ -38,142 +73,182 @@ uint32_t align_up(uint64_t n) {
   return uint32_t((n + kAlign - 1) / kAlign * kAlign);
 }
 
-void finish_validation(Plan& plan, int32_t num_ctas) {
-  const ValidationReport report = validate_plan(plan, num_ctas);
+// The problem a unit template is built and validated on: one sequence, one KV head and its group of query heads.
+Problem unit_problem(const TemplateKey& k) {
+  Problem p;
+  p.batch = 1;
+  p.heads_kv = 1;
+  p.heads_q = k.group_size;
+  p.seqlen_q = k.seqlen_q;
+  p.seqlen_k = k.seqlen_k;
+  p.head_dim = k.head_dim;
+  p.mask = static_cast<Mask>(k.mask);
+  p.window_left = k.window_left;
+  p.window_right = k.window_right;
+  return p;
+}
+
+// Waves are a property of the template (docs/DEADLOCK.md): validate it for as many CTAs as a plan could ever
+// launch, record its wave, and let each request compare the wave with its own P.
+constexpr int32_t kValidateForAnyP = std::numeric_limits<int32_t>::max();
+
+std::shared_ptr<const UnitTemplate> build_template(const TemplateKey& key) {
+  const Problem unit = unit_problem(key);
+  auto t = std::make_shared<UnitTemplate>();
+  t->plan = build_unvalidated(unit, static_cast<Planner>(key.planner), {key.block_m, key.block_n},
+                              static_cast<GqaMode>(key.gqa_mode), 1);
+  const ValidationReport report = validate_plan(t->plan, kValidateForAnyP);
   if (!report.ok) {
-    throw Error("schedule", std::string(planner_name(plan.planner())) + " cannot run this problem with " +
-                                std::to_string(num_ctas) + " co-resident CTAs: " + report.reason);
+    throw Error("schedule", std::string(planner_name(t->plan.planner())) + " built an invalid plan for " +
+                                unit.describe() + ": " + report.reason);
   }
-  plan.header.num_ctas = num_ctas;
-  plan.header.min_coresident_ctas = report.min_coresident_ctas;
-  if (report.waits_only_backward) plan.header.flags |= DASH_PLAN_WAITS_ONLY_BACKWARD;
+  t->wave = report.min_coresident_ctas;
+  t->waits_only_backward = report.waits_only_backward;
+  t->plan.header.min_coresident_ctas = t->wave;
+  if (t->waits_only_backward) t->plan.header.flags |= DASH_PLAN_WAITS_ONLY_BACKWARD;
+  return t;
 }
 
-// The problems `auto` simulates: the real sequence shape, mask, head dim and GQA group, one sequence, and a
-// range of head counts. Planners with long items (symmetric shift pairs KV tiles) finish a round of units
-// together, so a single head count can land just before or just after a round boundary and decide by
-// accident; summing the makespans over head counts that span a whole round period compares steady-state
-// throughput instead. The range depends on the sequence shape and P only (never on the real batch or head
-// count) and is the same for every candidate, so `auto` chooses the same planner for a sequence whatever
-// batch or head count it arrives with.
-std::vector<Problem> canonical_problems(const Problem& real, GqaMode mode, const TileGrid& grid, int32_t num_ctas) {
-  // KV tiles per CTA in the smallest canonical problem. Long enough that start-up effects that real problems
-  // amortise (ascending order on a full mask staggers the CTAs by one hand-off each before it runs freely)
-  // do not decide: with 2, auto chose shift where ascending measured up to 13% faster (docs/calibration.md).
-  constexpr int64_t kMinFills = 8;
-  constexpr int64_t kVisitBudget = int64_t(1) << 20; // all sizes together: about a second of simulation
-  constexpr int64_t kMaxSizes = 9;
-  const int64_t kv_tiles = std::max(1, grid.num_kv_tiles());
-  int64_t visits_per_unit = 0;
-  for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv) visits_per_unit += int64_t(grid.q_tiles_seen_by(kv).size());
-  visits_per_unit = std::max<int64_t>(1, visits_per_unit * (mode == GqaMode::PackGroup ? real.group_size() : 1));
-  // The fewest items per unit any planner makes (pairs of KV tiles) gives the longest round period.
-  const int64_t fewest_items = (kv_tiles + 1) / 2;
-  const int64_t period = (num_ctas + fewest_items - 1) / fewest_items;
-  int64_t first = std::max(period, (kMinFills * num_ctas + kv_tiles - 1) / kv_tiles);
-  first = std::max<int64_t>(1, std::min(first, kVisitBudget / (4 * visits_per_unit))); // huge P: stay affordable
-  const int64_t stride = std::max<int64_t>(1, (period + kMaxSizes - 2) / (kMaxSizes - 1));
-
-  std::vector<Problem> problems;
-  int64_t visits = 0;
-  for (int64_t units = first; units <= first + period && visits + units * visits_per_unit <= kVisitBudget;
-       units += stride) {
-    Problem p = real;
-    p.batch = 1;
-    const int32_t group = real.group_size();
-    p.heads_kv = int32_t(mode == GqaMode::PackGroup ? units : (units + group - 1) / group);
-    p.heads_q = p.heads_kv * group;
-    problems.push_back(p);
-    visits += units * visits_per_unit;
+struct KeyHash {
+  size_t operator()(const TemplateKey& k) const {
+    const int32_t fields[] = {k.seqlen_q, k.seqlen_k,  k.mask,       k.window_left, k.window_right, k.head_dim,
+                              k.block_m,  k.block_n,   k.group_size, k.gqa_mode,    k.planner};
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+    for (int32_t f : fields) h = (h ^ uint32_t(f)) * 1099511628211ull;
+    return size_t(h);
   }
-  if (problems.empty()) { // one unit is over the budget: simulate a single one rather than nothing
-    Problem p = real;
-    p.batch = 1;
-    p.heads_q = real.group_size();
-    p.heads_kv = 1;
-    problems.push_back(p);
-  }
-  return problems;
-}
+};
 
-// The GQA modes a request allows: both for DASH_GQA_AUTO with a real group (with group size 1 the two modes
-// are the same plan) whose packed plan fits the plan format's limits, else the one it names.
-std::vector<GqaMode> allowed_gqa_modes(const PlanRequest& req, TileShape tiles) {
-  if (req.gqa_mode != GqaMode::Auto) return {req.gqa_mode};
-  if (req.problem.group_size() == 1) return {GqaMode::SplitHeads};
-  if (plan_limit_violation(req.problem, tiles, GqaMode::PackGroup, req.num_ctas)) return {GqaMode::SplitHeads};
-  return {GqaMode::SplitHeads, GqaMode::PackGroup};
-}
+// Process-wide, least-recently-used first out once the tables exceed kCacheBytes. Templates are built outside
+// the lock (a large one takes milliseconds); two threads asking for the same new key both build it, and the
+// second insert finds the first one's.
+class TemplateCache {
+ public:
+  static constexpr size_t kCacheBytes = size_t(1) << 30;
 
-// auto / auto-fastest, or a named planner with DASH_GQA_AUTO: the (GQA mode, planner) candidate with the lowest
-// simulated makespan.
-Plan choose_automatically(const PlanRequest& req, TileShape tiles) {
-  const bool canonical = req.schedule.kind != Schedule::Kind::AutoFastest;
-  const std::vector<GqaMode> modes = allowed_gqa_modes(req, tiles);
-  const std::vector<Planner> planners =
-      req.schedule.kind == Schedule::Kind::Planner ? std::vector<Planner>{req.schedule.planner} : all_planners();
-  std::ostringstream note;
-  note << (req.schedule.kind == Schedule::Kind::AutoFastest ? "auto-fastest"
-           : req.schedule.kind == Schedule::Kind::Auto      ? "auto"
-                                                             : "GQA mode auto")
-       << " on " << req.num_ctas << " CTAs";
-  double best_time = std::numeric_limits<double>::infinity();
-  Planner best = planners.front();
-  GqaMode best_mode = modes.front();
-  bool found = false;
-  // Canonical: the summed makespan over the canonical problems; auto-fastest: the makespan of the real one.
-  // When both GQA modes compete they are simulated on the same problems (the pack mode's list, whose head
-  // counts are whole KV-head groups), so their sums compare equal work.
-  const CostModel cost = req.cost ? *req.cost : CostModel::for_problem(req.problem, tiles);
-  const std::vector<Problem> problems =
-      canonical ? canonical_problems(req.problem, modes.back(), TileGrid(req.problem, tiles), req.num_ctas)
-                : std::vector<Problem>{req.problem};
-  for (GqaMode mode : modes) {
-    for (Planner planner : planners) {
-      const std::string name =
-          modes.size() > 1 ? std::string(gqa_mode_name(mode)) + " " + planner_name(planner) : planner_name(planner);
-      Plan candidate = build_unvalidated(req.problem, planner, tiles, mode, req.num_ctas);
-      const ValidationReport report = validate_plan(candidate, req.num_ctas);
-      if (!report.ok) {
-        note << "; " << name << " skipped (" << report.reason << ")";
-        continue;
-      }
-      double makespan = 0;
-      std::string deadlock;
-      for (const Problem& p : problems) {
-        Plan simulated = build_unvalidated(p, planner, tiles, mode, req.num_ctas);
-        simulated.header.flags |= report.waits_only_backward ? DASH_PLAN_WAITS_ONLY_BACKWARD : 0;
-        const SimResult sim =
-            simulate(simulated, req.num_ctas, cost, SimOptions{.record_spans = false, .critical_path = false});
-        if (sim.deadlocked) deadlock = sim.deadlock_detail;
-        makespan += sim.makespan;
-      }
-      if (!deadlock.empty()) { // cannot happen for a validated plan; refuse rather than trust it
-        note << "; " << name << " skipped (simulation deadlocked: " << deadlock << ")";
-        continue;
-      }
-      note << "; " << name << " " << makespan;
-      if (makespan < best_time) {
-        best_time = makespan;
-        best = planner;
-        best_mode = mode;
-        found = true;
+  std::shared_ptr<const UnitTemplate> get(const TemplateKey& key) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (auto it = index_.find(key); it != index_.end()) {
+        ++stats_.hits;
+        order_.splice(order_.begin(), order_, it->second);
+        return it->second->second;
       }
     }
+    std::shared_ptr<const UnitTemplate> built = build_template(key);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = index_.find(key); it != index_.end()) return it->second->second;
+    ++stats_.builds;
+    order_.emplace_front(key, built);
+    index_[key] = order_.begin();
+    stats_.bytes += built->bytes();
+    while (stats_.bytes > kCacheBytes && order_.size() > 1) {  // the newest entry always stays
+      stats_.bytes -= order_.back().second->bytes();
+      index_.erase(order_.back().first);
+      order_.pop_back();
+    }
+    return built;
   }
-  if (!found) throw Error("schedule", "no planner can run this problem: " + note.str());
-  note << " (simulated makespan" << (canonical ? ", summed over one sequence with a range of head counts" : "")
-       << "); chose " << (modes.size() > 1 ? std::string(gqa_mode_name(best_mode)) + " " : std::string())
-       << planner_name(best);
-  Plan plan = build_unvalidated(req.problem, best, tiles, best_mode, req.num_ctas);
-  finish_validation(plan, req.num_ctas);
-  plan.note = note.str() + (plan.note.empty() ? "" : ". " + plan.note);
-  return plan;
+
+  TemplateCacheStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TemplateCacheStats s = stats_;
+    s.entries = int64_t(order_.size());
+    return s;
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    index_.clear();
+    order_.clear();
+    stats_.bytes = 0;
+  }
+
+ private:
+  using Entry = std::pair<TemplateKey, std::shared_ptr<const UnitTemplate>>;
+  std::mutex mutex_;
+  std::list<Entry> order_;  // most recently used first
+  std::unordered_map<TemplateKey, std::list<Entry>::iterator, KeyHash> index_;
+  TemplateCacheStats stats_;
+};
+
+TemplateCache& cache() {
+  static TemplateCache* instance = new TemplateCache;  // never destroyed: usable from other static destructors
+  return *instance;
+}
+
+std::string candidate_name(Candidate c, bool with_mode) {
+  return with_mode ? std::string(gqa_mode_name(c.mode)) + " " + planner_name(c.planner) : planner_name(c.planner);
+}
+
+// The candidates a request allows, best first. Named planner: that planner, in the GQA mode requested (for Auto,
+// the table's preference between split and pack for it). auto: the table's list, filtered by the GQA mode.
+// auto-fastest: every allowed pair, ordered by the simulated makespan of the real problem.
+std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape tiles, std::ostringstream& note) {
+  const Problem& p = req.problem;
+  const bool grouped = p.group_size() > 1;
+  auto mode_allowed = [&](GqaMode m) {
+    if (!grouped) return m == GqaMode::SplitHeads;
+    if (req.gqa_mode != GqaMode::Auto) return m == req.gqa_mode;
+    return m == GqaMode::SplitHeads || !plan_limit_violation(p, tiles, GqaMode::PackGroup, req.num_ctas);
+  };
+  std::vector<Candidate> out;
+  if (req.schedule.kind == Schedule::Kind::AutoFastest) {
+    const CostModel cost = req.cost ? *req.cost : CostModel::for_problem(p, tiles);
+    std::vector<std::pair<double, Candidate>> scored;
+    for (GqaMode m : {GqaMode::SplitHeads, GqaMode::PackGroup}) {
+      if (!mode_allowed(m)) continue;
+      for (Planner planner : all_planners()) {
+        const Candidate c{m, planner};
+        Plan plan = build_unvalidated(p, planner, tiles, m, req.num_ctas);
+        const ValidationReport report = validate_plan(plan, req.num_ctas);
+        if (!report.ok) {
+          note << "; " << candidate_name(c, grouped) << " skipped (" << report.reason << ")";
+          continue;
+        }
+        if (report.waits_only_backward) plan.header.flags |= DASH_PLAN_WAITS_ONLY_BACKWARD;
+        const SimResult sim =
+            simulate(plan, req.num_ctas, cost, SimOptions{.record_spans = false, .critical_path = false});
+        if (sim.deadlocked) continue;  // cannot happen for a validated plan; never choose it
+        note << "; " << candidate_name(c, grouped) << " " << sim.makespan;
+        scored.push_back({sim.makespan, c});
+      }
+    }
+    std::stable_sort(scored.begin(), scored.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& s : scored) out.push_back(s.second);
+    return out;
+  }
+  // A request that fixes the GQA mode (or has no group) takes the table's order of planners in that mode.
+  const bool fixed_mode = !grouped || req.gqa_mode != GqaMode::Auto;
+  const GqaMode fixed = grouped ? req.gqa_mode : GqaMode::SplitHeads;
+  for (Candidate c : auto_candidates(p, tiles)) {
+    if (fixed_mode) c.mode = fixed;
+    if (!mode_allowed(c.mode)) continue;
+    if (req.schedule.kind == Schedule::Kind::Planner && c.planner != req.schedule.planner) continue;
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  }
+  if (req.schedule.kind == Schedule::Kind::Planner && out.empty()) {  // the table ranks every pair; be safe
+    out.push_back({fixed_mode ? fixed : GqaMode::SplitHeads, req.schedule.planner});
+  }
+  return out;
+}
+
+dash_plan_header bind_header(const UnitTemplate& unit, const Problem& problem, int32_t num_ctas) {
+  dash_plan_header h = unit.plan.header;
+  h.problem = problem.to_c();
+  h.num_units = problem.batch * (h.gqa_mode == DASH_GQA_PACK_GROUP ? problem.heads_kv : problem.heads_q);
+  h.num_ctas = num_ctas;
+  return h;
 }
 
 } // namespace
 
-Plan build_plan(const PlanRequest& req) {
+std::shared_ptr<const UnitTemplate> unit_template(const TemplateKey& key) { return cache().get(key); }
+TemplateCacheStats template_cache_stats() { return cache().stats(); }
+void clear_template_cache() { cache().clear(); }
+
+BoundPlan plan_for(const PlanRequest& req) {
   req.problem.validate();
   if (req.num_ctas < 1) throw Error("num_ctas", "must be >= 1, got " + std::to_string(req.num_ctas));
   TileShape tiles = req.tiles;
@@ -183,12 +258,51 @@ Plan build_plan(const PlanRequest& req) {
   // Every size limit before any planner or simulation runs: an impossible size fails at once.
   check_plan_limits(req.problem, tiles, req.gqa_mode, req.num_ctas);
 
-  const std::vector<GqaMode> modes = allowed_gqa_modes(req, tiles);
-  if (req.schedule.kind != Schedule::Kind::Planner || modes.size() > 1) return choose_automatically(req, tiles);
-  Plan plan = build_unvalidated(req.problem, req.schedule.planner, tiles, modes.front(), req.num_ctas);
-  finish_validation(plan, req.num_ctas);
+  const bool grouped = req.problem.group_size() > 1;
+  std::ostringstream note;
+  const bool automatic = req.schedule.kind != Schedule::Kind::Planner || (grouped && req.gqa_mode == GqaMode::Auto);
+  if (automatic) {
+    note << (req.schedule.kind == Schedule::Kind::AutoFastest ? "auto-fastest (simulated on this problem)"
+             : req.schedule.kind == Schedule::Kind::Auto      ? "auto (offline table)"
+                                                               : "GQA mode auto (offline table)")
+         << " on " << req.num_ctas << " CTAs";
+  }
+  for (const Candidate& c : requested_candidates(req, tiles, note)) {
+    if (const auto violation = plan_limit_violation(req.problem, tiles, c.mode, req.num_ctas)) {
+      if (!automatic) throw Error(violation->field, violation->message);
+      note << "; " << candidate_name(c, grouped) << " skipped (" << violation->message << ")";
+      continue;
+    }
+    std::shared_ptr<const UnitTemplate> unit = unit_template(template_key(req.problem, tiles, c.mode, c.planner));
+    if (unit->wave > req.num_ctas) {
+      const std::string why = "the plan's waits need " + std::to_string(unit->wave) +
+                              " co-resident CTAs (its largest wave) but only " + std::to_string(req.num_ctas) +
+                              " are launched";
+      if (!automatic)
+        throw Error("schedule", std::string(planner_name(c.planner)) + " cannot run this problem on " +
+                                    std::to_string(req.num_ctas) + " CTAs: " + why);
+      note << "; " << candidate_name(c, grouped) << " skipped (" << why << ")";
+      continue;
+    }
+    if (automatic) note << "; chose " << candidate_name(c, grouped);
+    BoundPlan out;
+    out.header = bind_header(*unit, req.problem, req.num_ctas);
+    out.note = note.str();
+    if (!unit->plan.note.empty()) out.note += (out.note.empty() ? "" : ". ") + unit->plan.note;
+    out.unit = std::move(unit);
+    return out;
+  }
+  throw Error("schedule", "no planner can run this problem" + note.str());
+}
+
+Plan build_plan(const PlanRequest& req) {
+  BoundPlan bound = plan_for(req);
+  Plan plan = bound.unit->plan;
+  plan.header = bound.header;
+  plan.note = bound.note;
   return plan;
 }
+
 
 std::vector<uint8_t> Plan::to_blob() const {
   dash_plan_header h = header;
@@ -256,9 +370,9 @@ std::string describe_plan(const Plan& plan, int32_t max_items, int32_t max_q_til
   s << "  units          " << h.num_units << " (" << (plan.gqa_mode() == GqaMode::PackGroup ? "one per KV head, " : "one per query head, ")
     << h.heads_per_unit << " head(s) each); " << h.items_per_unit << " items, " << h.visits_per_unit
     << " visits per unit\n";
-  s << "  CTAs           validated for " << h.num_ctas << "; needs " << h.min_coresident_ctas
-    << " co-resident" << ((h.flags & DASH_PLAN_WAITS_ONLY_BACKWARD) ? " (waits only on earlier tickets)" : "")
-    << "\n";
+  s << "  CTAs           " << h.num_ctas << " launched; its waits need " << h.min_coresident_ctas
+    << " of them running at once"
+    << ((h.flags & DASH_PLAN_WAITS_ONLY_BACKWARD) ? " (waits only on earlier tickets)" : " (its largest wave)") << "\n";
   s << "  blob           " << plan.to_blob().size() << " bytes\n";
   if (!plan.note.empty()) s << "  note           " << plan.note << "\n";
 

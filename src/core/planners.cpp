@@ -4,16 +4,15 @@
 // Every planner works on the same raw material: for each KV tile, the list of accumulator rows it touches,
 // (head_in_unit, Q tile) in ascending order. A planner decides (1) how KV tiles are grouped into items and
 // in which order items are claimed, (2) the order in which each segment visits its rows, and (3) the rank
-// rule: either "ascending KV tile" (FA3's order) or "lock-step arrival" (the order contributions would
-// arrive if all items of the unit ran side by side, one visit per step; see docs/DEADLOCK.md).
+// rule: either "claim order" (with one KV tile per item, ascending: FA3's ascending-KV order) or "lock-step
+// arrival" (the order contributions would arrive if all items of the unit ran side by side, one visit per
+// step; see docs/DEADLOCK.md).
 // Nothing here depends on batch size, head count or P: a template is a function of the unit's shape.
 #include <algorithm>
 #include <atomic>
 #include <climits>
 #include <numeric>
-#include <set>
 #include <string>
-#include <tuple>
 
 #include "dash/plan.hpp"
 
@@ -41,129 +40,184 @@ const char* gqa_mode_name(GqaMode mode) {
 
 namespace {
 
-struct Row {
-  int32_t head; // head_in_unit
-  int32_t q_tile;
-  bool partial;
-  bool operator<(const Row& o) const { return std::tie(head, q_tile) < std::tie(o.head, o.q_tile); }
-  bool operator==(const Row& o) const { return head == o.head && q_tile == o.q_tile; }
+// One KV tile's accumulator rows: every head of the unit against the Q tiles [q_begin, q_end) the tile sees
+// (contiguous for these masks, dash/geometry.hpp), in (head, Q tile) order. The Q tiles [full_begin, full_end)
+// see it without a masked pair; the others are partial.
+struct KvRows {
+  int32_t kv_tile = 0;
+  int32_t q_begin = 0, q_end = 0;
+  int32_t full_begin = 0, full_end = 0;
+  int32_t num_q() const { return q_end - q_begin; }
+};
+
+// The raw material of every planner, described rather than listed, so that a planner's cost is its output's.
+struct UnitRows {
+  int32_t heads = 1; // heads_per_unit
+  std::vector<KvRows> kv; // [KV tile]
+  int64_t count(int32_t kv_tile) const { return int64_t(heads) * kv[kv_tile].num_q(); }
+};
+
+// A stretch of a segment's visit order: `count` Q tiles of one head, from q_first up or down.
+struct Run {
+  int32_t head, q_first, count;
+  bool descending;
 };
 
 struct SegmentDraft {
-  int32_t kv_tile;
-  std::vector<Row> rows; // in visit order
+  KvRows rows;
+  std::vector<Run> order; // visit order
 };
 
 struct ItemDraft {
   std::vector<SegmentDraft> segments;
 };
 
-enum class RankRule { AscendingKv, LockstepArrival };
+// ClaimOrder: an accumulator's contributions in the order of the visit table (items in claim order). Its waits
+// all target earlier tickets. ascending and descending take the KV tiles in ascending order, so theirs is FA3's
+// ascending-KV order.
+enum class RankRule { ClaimOrder, LockstepArrival };
 
 struct TemplateDraft {
   std::vector<ItemDraft> items; // claim order
-  RankRule rank_rule = RankRule::AscendingKv;
+  RankRule rank_rule = RankRule::ClaimOrder;
   bool generalised = false;
   std::string note;
 };
 
-// The rows each KV tile touches, (head, Q tile) ascending.
-std::vector<std::vector<Row>> rows_by_kv_tile(const TileGrid& grid, int32_t heads_per_unit) {
-  std::vector<std::vector<Row>> rows(grid.num_kv_tiles());
-  for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv)
-    for (int32_t h = 0; h < heads_per_unit; ++h)
-      for (int32_t q : grid.q_tiles_seen_by(kv))
-        rows[kv].push_back({h, q, grid.kind(q, kv) == BlockKind::Partial});
+// The rows each KV tile touches. The band's edges are non-decreasing in the row, so the Q tiles that see a KV
+// tile unmasked form an interval inside those that see it at all: the partial ones sit at its two ends, and a
+// few kind() calls per KV tile find them.
+UnitRows rows_by_kv_tile(const TileGrid& grid, int32_t heads_per_unit) {
+  UnitRows rows{heads_per_unit, {}};
+  rows.kv.reserve(grid.num_kv_tiles());
+  for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv) {
+    const std::vector<int32_t> seen = grid.q_tiles_seen_by(kv);
+    KvRows r{kv};
+    if (!seen.empty()) {
+      r.q_begin = seen.front();
+      r.q_end = seen.back() + 1;
+    }
+    r.full_begin = r.q_begin;
+    while (r.full_begin < r.q_end && grid.kind(r.full_begin, kv) == BlockKind::Partial) ++r.full_begin;
+    r.full_end = r.q_end;
+    while (r.full_end > r.full_begin && grid.kind(r.full_end - 1, kv) == BlockKind::Partial) --r.full_end;
+    rows.kv.push_back(r);
+  }
   return rows;
 }
 
-TemplateDraft plan_ascending(const std::vector<std::vector<Row>>& rows) {
+// The rows heads x [q_begin, q_end) in (head, Q tile) order.
+std::vector<Run> ascending(int32_t heads, int32_t q_begin, int32_t q_end) {
+  std::vector<Run> runs;
+  if (q_end > q_begin)
+    for (int32_t h = 0; h < heads; ++h) runs.push_back({h, q_begin, q_end - q_begin, false});
+  return runs;
+}
+
+// The same rows, last first.
+std::vector<Run> reversed(std::vector<Run> runs) {
+  std::reverse(runs.begin(), runs.end());
+  for (Run& r : runs) {
+    r.q_first += r.descending ? 1 - r.count : r.count - 1;
+    r.descending = !r.descending;
+  }
+  return runs;
+}
+
+// The rows heads x [q_begin, q_end) in (head, Q tile) order, rotated left by `offset` (mod their number): the
+// order starts at the offset-th row and wraps around.
+std::vector<Run> rotated(int32_t heads, int32_t q_begin, int32_t q_end, int64_t offset) {
+  const int32_t len = q_end - q_begin;
+  if (len <= 0) return {};
+  const int64_t start = offset % (int64_t(heads) * len);
+  const int32_t h0 = int32_t(start / len), q0 = q_begin + int32_t(start % len);
+  std::vector<Run> runs{{h0, q0, q_end - q0, false}};
+  for (int32_t k = 1; k < heads; ++k) runs.push_back({(h0 + k) % heads, q_begin, len, false});
+  if (q0 > q_begin) runs.push_back({h0, q_begin, q0 - q_begin, false});
+  return runs;
+}
+
+// The rows of `rows` outside heads x [r_begin, r_end), an interval inside its own (or empty), in (head, Q tile) order.
+std::vector<Run> outside(int32_t heads, const KvRows& rows, int32_t r_begin, int32_t r_end) {
+  if (r_end <= r_begin) return ascending(heads, rows.q_begin, rows.q_end);
+  std::vector<Run> runs;
+  for (int32_t h = 0; h < heads; ++h) {
+    if (r_begin > rows.q_begin) runs.push_back({h, rows.q_begin, r_begin - rows.q_begin, false});
+    if (rows.q_end > r_end) runs.push_back({h, r_end, rows.q_end - r_end, false});
+  }
+  return runs;
+}
+
+TemplateDraft plan_ascending(const UnitRows& rows) {
   TemplateDraft t;
-  for (int32_t kv = 0; kv < int32_t(rows.size()); ++kv) t.items.push_back({{{kv, rows[kv]}}});
-  t.rank_rule = RankRule::AscendingKv;
+  for (const KvRows& kv : rows.kv) t.items.push_back({{{kv, ascending(rows.heads, kv.q_begin, kv.q_end)}}});
+  t.rank_rule = RankRule::ClaimOrder;
   return t;
 }
 
-TemplateDraft plan_descending(const std::vector<std::vector<Row>>& rows) {
+TemplateDraft plan_descending(const UnitRows& rows) {
   TemplateDraft t = plan_ascending(rows);
-  for (auto& item : t.items) std::reverse(item.segments[0].rows.begin(), item.segments[0].rows.end());
+  for (auto& item : t.items) item.segments[0].order = reversed(std::move(item.segments[0].order));
   return t;
 }
 
-// Rotates `rows` left by `offset` (mod size): the segment starts at rows[offset] and wraps around.
-std::vector<Row> rotated(std::vector<Row> rows, size_t offset) {
-  if (!rows.empty()) std::rotate(rows.begin(), rows.begin() + (offset % rows.size()), rows.end());
-  return rows;
-}
-
-TemplateDraft plan_shift(const std::vector<std::vector<Row>>& rows, Mask mask) {
+TemplateDraft plan_shift(const UnitRows& rows, Mask mask) {
   // KV tile n starts at its n-th row and wraps. With the full mask and at least as many Q tiles as KV
   // tiles, the items touch pairwise distinct dQ tiles at every lock-step, so no contribution ever waits.
   TemplateDraft t;
-  size_t max_rows = 0;
-  for (int32_t kv = 0; kv < int32_t(rows.size()); ++kv) {
-    t.items.push_back({{{kv, rotated(rows[kv], size_t(kv))}}});
-    max_rows = std::max(max_rows, rows[kv].size());
+  int64_t max_rows = 0;
+  for (const KvRows& kv : rows.kv) {
+    t.items.push_back({{{kv, rotated(rows.heads, kv.q_begin, kv.q_end, kv.kv_tile)}}});
+    max_rows = std::max(max_rows, rows.count(kv.kv_tile));
   }
   t.rank_rule = RankRule::LockstepArrival;
   if (mask != Mask::Full) {
     t.generalised = true;
     t.note = "shift is built for the full mask; with this mask each KV tile rotates within its own Q range, "
              "so lock-step collisions (and waits) are possible";
-  } else if (max_rows < rows.size()) {
+  } else if (max_rows < int64_t(rows.kv.size())) {
     t.generalised = true;
     t.note = "fewer Q tiles than KV tiles: KV tiles n and n + #Q collide at every lock-step";
   }
   return t;
 }
 
-TemplateDraft plan_symmetric_shift(const std::vector<std::vector<Row>>& rows, Mask mask) {
+TemplateDraft plan_symmetric_shift(const UnitRows& rows, Mask mask) {
   // Pair the i-th longest KV tile with the i-th shortest so every item carries about the same work
   // (causal: K_i with K_{N-1-i}, N+1 Q tiles each). The long ("big") side first visits the rows all big
   // sides share (the dense rectangle), rotated by its pair index as in shift scheduling, then its own
   // remaining rows ascending; the short side visits its rows descending. Ranks follow lock-step arrival,
   // which for the paper's shapes reproduces its orders: big sides in shift order, then small sides.
-  const int32_t n = int32_t(rows.size());
+  const int32_t n = int32_t(rows.kv.size());
   std::vector<int32_t> by_length(n);
   std::iota(by_length.begin(), by_length.end(), 0);
   std::stable_sort(by_length.begin(), by_length.end(),
-                   [&](int32_t a, int32_t b) { return rows[a].size() > rows[b].size(); });
+                   [&](int32_t a, int32_t b) { return rows.kv[a].num_q() > rows.kv[b].num_q(); });
   const int32_t pairs = n / 2;
 
-  std::set<Row> rectangle;
+  // Every KV tile's rows are all heads against an interval of Q tiles, so the rows all big sides share are all
+  // heads against the intersection of their intervals.
+  int32_t rect_begin = 0, rect_end = 0;
   for (int32_t k = 0; k < pairs; ++k) {
-    const auto& big = rows[by_length[k]];
-    if (k == 0) {
-      rectangle.insert(big.begin(), big.end());
-    } else {
-      std::set<Row> kept;
-      for (const Row& r : big)
-        if (rectangle.count(r)) kept.insert(r);
-      rectangle.swap(kept);
-    }
+    const KvRows& big = rows.kv[by_length[k]];
+    rect_begin = k == 0 ? big.q_begin : std::max(rect_begin, big.q_begin);
+    rect_end = k == 0 ? big.q_end : std::min(rect_end, big.q_end);
   }
-  const std::vector<Row> rect_rows(rectangle.begin(), rectangle.end());
 
   TemplateDraft t;
   t.rank_rule = RankRule::LockstepArrival;
   for (int32_t k = 0; k < pairs; ++k) {
-    const int32_t big_kv = by_length[k], small_kv = by_length[n - 1 - k];
-    SegmentDraft big{big_kv, rotated(rect_rows, size_t(k))};
-    for (const Row& r : rows[big_kv])
-      if (!rectangle.count(r)) big.rows.push_back(r);
-    // rows[] keep each Row's partial flag; the rectangle copies carry the flags of the first big side,
-    // so take them again from this KV tile's own list.
-    for (Row& r : big.rows)
-      r.partial = std::find(rows[big_kv].begin(), rows[big_kv].end(), r)->partial;
-    SegmentDraft small{small_kv, rows[small_kv]};
-    std::reverse(small.rows.begin(), small.rows.end());
+    const KvRows& big_rows = rows.kv[by_length[k]];
+    const KvRows& small_rows = rows.kv[by_length[n - 1 - k]];
+    SegmentDraft big{big_rows, rotated(rows.heads, rect_begin, rect_end, k)};
+    const std::vector<Run> rest = outside(rows.heads, big_rows, rect_begin, rect_end);
+    big.order.insert(big.order.end(), rest.begin(), rest.end());
+    SegmentDraft small{small_rows, reversed(ascending(rows.heads, small_rows.q_begin, small_rows.q_end))};
     t.items.push_back({{big, small}});
   }
   if (n % 2 == 1) {
-    const int32_t middle = by_length[pairs];
-    SegmentDraft alone{middle, rows[middle]};
-    std::reverse(alone.rows.begin(), alone.rows.end());
-    t.items.push_back({{alone}});
+    const KvRows& middle = rows.kv[by_length[pairs]];
+    t.items.push_back({{{middle, reversed(ascending(rows.heads, middle.q_begin, middle.q_end))}}});
   }
   // Claim order = pair index, longest pair first; the KV-tile order inside the template stays visible in
   // each segment's kv_tile.
@@ -178,60 +232,120 @@ TemplateDraft plan_symmetric_shift(const std::vector<std::vector<Row>>& rows, Ma
   return t;
 }
 
-// Assigns every visit its rank in its accumulator's order and fills the plan's tables.
-void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per_unit, Plan& plan) {
-  const int32_t num_q = grid.num_q_tiles();
-  struct Contribution {
-    int64_t key0, key1; // sort keys: (kv tile) or (lock-step time, item)
-    int32_t visit;
-  };
-  std::vector<std::vector<Contribution>> per_accumulator(size_t(heads_per_unit) * num_q);
-
+// Lays out the tables: items and segments in claim order with their visit ranges, each accumulator's number
+// of contributions, and the longest item; the visit table is reserved, still empty.
+void lay_out(const TemplateDraft& draft, int32_t num_q, int32_t heads_per_unit, Plan& plan) {
   plan.items.clear();
   plan.segments.clear();
-  plan.visits.clear();
-  int32_t max_visits = 0;
-  for (int32_t item_index = 0; item_index < int32_t(draft.items.size()); ++item_index) {
-    const ItemDraft& item = draft.items[item_index];
-    dash_item out_item{int32_t(plan.segments.size()), int32_t(item.segments.size())};
-    int32_t step = 0; // position of the visit inside its item = its lock-step time
+  // Each run adds one contribution to a range of accumulators: count them as differences, then sum.
+  std::vector<int32_t> added(size_t(heads_per_unit) * num_q + 1, 0);
+  int32_t next_visit = 0, max_visits = 0;
+  for (const ItemDraft& item : draft.items) {
+    plan.items.push_back({int32_t(plan.segments.size()), int32_t(item.segments.size())});
+    const int32_t item_begin = next_visit;
     for (const SegmentDraft& seg : item.segments) {
-      dash_segment out_seg{seg.kv_tile, int32_t(plan.visits.size()), int32_t(seg.rows.size()), 0};
-      for (const Row& r : seg.rows) {
-        dash_visit v{};
-        v.q_tile = uint16_t(r.q_tile);
-        v.head_in_unit = uint8_t(r.head);
-        v.flags = r.partial ? DASH_VISIT_PARTIAL_MASK : 0;
-        const int32_t index = int32_t(plan.visits.size());
-        const Contribution c = draft.rank_rule == RankRule::AscendingKv
-                                   ? Contribution{seg.kv_tile, 0, index}
-                                   : Contribution{step, item_index, index};
-        per_accumulator[size_t(r.head) * num_q + r.q_tile].push_back(c);
-        plan.visits.push_back(v);
-        ++step;
+      int32_t count = 0;
+      for (const Run& r : seg.order) {
+        const size_t lowest = size_t(r.head) * num_q + (r.descending ? r.q_first - r.count + 1 : r.q_first);
+        ++added[lowest];
+        --added[lowest + r.count];
+        count += r.count;
       }
-      plan.segments.push_back(out_seg);
+      plan.segments.push_back({seg.rows.kv_tile, next_visit, count, 0});
+      next_visit += count;
     }
-    max_visits = std::max(max_visits, step);
-    plan.items.push_back(out_item);
+    max_visits = std::max(max_visits, next_visit - item_begin);
+  }
+  plan.dq_count.resize(added.size() - 1);
+  int32_t running = 0;
+  for (size_t a = 0; a < plan.dq_count.size(); ++a) plan.dq_count[a] = uint16_t(running += added[a]);
+  plan.visits.clear();
+  plan.visits.reserve(size_t(next_visit));
+  plan.header.max_visits_per_item = max_visits;
+}
+
+// Hands out each accumulator's ranks 0, 1, ... in the order its visits are passed, with the FIRST / LAST flags.
+class RankCounter {
+ public:
+  RankCounter(const Plan& plan, int32_t num_q)
+      : count_(plan.dq_count.data()), next_(plan.dq_count.size(), 0), num_q_(num_q) {}
+  dash_visit ranked(dash_visit vis) {
+    const size_t a = size_t(vis.head_in_unit) * num_q_ + vis.q_tile;
+    const int32_t r = next_[a]++;
+    vis.dq_rank = uint16_t(r);
+    vis.flags |= (r == 0 ? DASH_VISIT_FIRST : 0) | (r + 1 == count_[a] ? DASH_VISIT_LAST : 0);
+    return vis;
   }
 
-  plan.dq_count.assign(per_accumulator.size(), 0);
-  for (size_t a = 0; a < per_accumulator.size(); ++a) {
-    auto& contributions = per_accumulator[a];
-    std::sort(contributions.begin(), contributions.end(), [](const Contribution& x, const Contribution& y) {
-      return std::tie(x.key0, x.key1) < std::tie(y.key0, y.key1);
-    });
-    const int32_t count = int32_t(contributions.size());
-    plan.dq_count[a] = uint16_t(count);
-    for (int32_t rank = 0; rank < count; ++rank) {
-      dash_visit& v = plan.visits[contributions[rank].visit];
-      v.dq_rank = uint16_t(rank);
-      if (rank == 0) v.flags |= DASH_VISIT_FIRST;
-      if (rank == count - 1) v.flags |= DASH_VISIT_LAST;
+ private:
+  const uint16_t* count_;
+  std::vector<uint16_t> next_;
+  int32_t num_q_;
+};
+
+// Appends the segment's visits in its order, each passed through `rank` (which may leave it unranked).
+template <typename Rank>
+void append_visits(const SegmentDraft& seg, std::vector<dash_visit>& visits, Rank&& rank) {
+  const size_t first = visits.size();
+  int32_t count = 0;
+  for (const Run& r : seg.order) count += r.count;
+  visits.resize(first + count); // within the reserve: no reallocation, and the zeroing happens in cache
+  dash_visit* out = visits.data() + first;
+  const int32_t full_begin = seg.rows.full_begin, full_end = seg.rows.full_end;
+  for (const Run& r : seg.order) {
+    const int32_t step = r.descending ? -1 : 1;
+    const uint8_t head = uint8_t(r.head);
+    for (int32_t k = 0, q = r.q_first; k < r.count; ++k, q += step) {
+      const uint8_t flags = q < full_begin || q >= full_end ? DASH_VISIT_PARTIAL_MASK : 0;
+      *out++ = rank(dash_visit{uint16_t(q), 0, head, flags, 0});
     }
   }
-  plan.header.max_visits_per_item = max_visits;
+}
+
+// Lock-step arrival: the visit at position p of item i arrives at time (p, i), and ranks are handed out in that
+// order. Consecutive arrivals lie an item apart in the visit table (items of equal length a power of two bytes
+// apart, so that a direct walk thrashes a few cache sets): the walk copies the next kChunk visits of every item
+// still running into one buffer, ranks them there step by step, and copies them back.
+void rank_by_arrival(Plan& plan, RankCounter& ranks) {
+  constexpr int32_t kChunk = 32;
+  std::vector<int32_t> begin, length; // of the items still running, in claim order
+  for (const dash_item& item : plan.items) {
+    const dash_segment& first = plan.segments[item.first_segment];
+    const dash_segment& last = plan.segments[item.first_segment + item.num_segments - 1];
+    if (last.first_visit + last.num_visits == first.first_visit) continue;
+    begin.push_back(first.first_visit);
+    length.push_back(last.first_visit + last.num_visits - first.first_visit);
+  }
+  std::vector<dash_visit> buffer(begin.size() * kChunk);
+  for (int32_t base = 0; !begin.empty(); base += kChunk) {
+    const size_t running = begin.size();
+    for (size_t k = 0; k < running; ++k)
+      std::copy_n(&plan.visits[begin[k] + base], std::min(kChunk, length[k] - base), &buffer[k * kChunk]);
+    for (int32_t step = 0; step < kChunk; ++step)
+      for (size_t k = 0; k < running; ++k)
+        if (base + step < length[k]) buffer[k * kChunk + step] = ranks.ranked(buffer[k * kChunk + step]);
+    size_t kept = 0;
+    for (size_t k = 0; k < running; ++k) {
+      std::copy_n(&buffer[k * kChunk], std::min(kChunk, length[k] - base), &plan.visits[begin[k] + base]);
+      if (base + kChunk < length[k]) {
+        begin[kept] = begin[k];
+        length[kept++] = length[k];
+      }
+    }
+    begin.resize(kept);
+    length.resize(kept);
+  }
+}
+
+// Fills the plan's tables and assigns every visit its rank in its accumulator's order.
+void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per_unit, Plan& plan) {
+  lay_out(draft, grid.num_q_tiles(), heads_per_unit, plan);
+  RankCounter ranks(plan, grid.num_q_tiles());
+  const bool claim_order = draft.rank_rule == RankRule::ClaimOrder;
+  for (const ItemDraft& item : draft.items)
+    for (const SegmentDraft& seg : item.segments)
+      append_visits(seg, plan.visits, [&](dash_visit v) { return claim_order ? ranks.ranked(v) : v; });
+  if (!claim_order) rank_by_arrival(plan, ranks);
 }
 
 std::atomic<int64_t> g_planner_runs{0};

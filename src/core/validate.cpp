@@ -2,7 +2,7 @@
 // The plan validator. docs/DEADLOCK.md states the execution model and proves that the properties checked
 // here make a deadlock impossible; the checks below follow its numbering.
 #include <algorithm>
-#include <queue>
+#include <optional>
 #include <sstream>
 
 #include "dash/plan.hpp"
@@ -14,8 +14,9 @@ struct Failure {
   std::string reason;
 };
 
+// The parts are taken by value: a loop variable passed by reference would be kept in memory all loop long.
 template <typename... Parts>
-[[noreturn]] void fail(Parts&&... parts) {
+[[noreturn]] void fail(Parts... parts) {
   std::ostringstream s;
   (s << ... << parts);
   throw Failure{s.str()};
@@ -80,130 +81,263 @@ void check_structure(const Plan& plan) {
   }
 }
 
-// (2) Coverage and (3) total orders.
-void check_coverage_and_orders(const Plan& plan) {
-  const dash_plan_header& h = plan.header;
-  const TileGrid grid(Problem::from_c(h.problem), {h.block_m, h.block_n});
-  const int64_t nq = h.num_q_tiles, nk = h.num_kv_tiles;
+// The Q tiles a KV tile meets, [q_begin, q_end), and those it meets without a masked pair, [full_begin,
+// full_end): both intervals (the band's edges are non-decreasing in the row), so each visit's block is checked
+// against the geometry in O(1); the few partial tiles at the ends come from TileGrid::kind.
+struct KvGeometry {
+  int32_t q_begin = 0, q_end = 0, full_begin = 0, full_end = 0;
+};
 
+KvGeometry kv_geometry(const TileGrid& grid, int32_t kv) {
+  const std::vector<int32_t> seen = grid.q_tiles_seen_by(kv);
+  KvGeometry g;
+  if (!seen.empty()) {
+    g.q_begin = seen.front();
+    g.q_end = seen.back() + 1;
+  }
+  g.full_begin = g.q_begin;
+  while (g.full_begin < g.q_end && grid.kind(g.full_begin, kv) == BlockKind::Partial) ++g.full_begin;
+  g.full_end = g.q_end;
+  while (g.full_end > g.full_begin && grid.kind(g.full_end - 1, kv) == BlockKind::Partial) --g.full_end;
+  return g;
+}
+
+// (2) Coverage: each segment's visits lie on unmasked blocks of its KV tile with the right partial-mask flag,
+// none twice, and as many as the KV tile has blocks; as every KV tile is one segment, that is exact coverage.
+// On the way it counts each accumulator's contributions, and notes whether every visit carries the rank (and
+// FIRST / LAST flags) it would have if accumulators took their contributions in claim order: the number of
+// earlier visits on its accumulator in the table.
+struct Coverage {
+  std::vector<int32_t> contributions; // per accumulator
+  bool ranked_in_claim_order = true;
+};
+
+Coverage check_coverage(const Plan& plan, const TileGrid& grid) {
+  const dash_plan_header& h = plan.header;
+  const int64_t nq = h.num_q_tiles, nk = h.num_kv_tiles;
   std::vector<int32_t> segments_of_kv(nk, 0);
   for (const dash_segment& seg : plan.segments) ++segments_of_kv[seg.kv_tile];
   for (int64_t kv = 0; kv < nk; ++kv)
     if (segments_of_kv[kv] != 1) fail("KV tile ", kv, " appears in ", segments_of_kv[kv], " segments, expected 1");
 
-  std::vector<uint8_t> seen(size_t(h.heads_per_unit) * nq * nk, 0);
-  std::vector<std::vector<int32_t>> ranks(size_t(h.heads_per_unit) * nq);
-  for (const dash_segment& seg : plan.segments) {
-    for (int32_t v = seg.first_visit; v < seg.first_visit + seg.num_visits; ++v) {
-      const dash_visit& vis = plan.visits[v];
-      const BlockKind kind = grid.kind(vis.q_tile, seg.kv_tile);
-      if (kind == BlockKind::Empty)
-        fail("block (q ", vis.q_tile, ", kv ", seg.kv_tile, ") is fully masked but visited");
-      const bool partial = (vis.flags & DASH_VISIT_PARTIAL_MASK) != 0;
-      if (partial != (kind == BlockKind::Partial))
-        fail("block (q ", vis.q_tile, ", kv ", seg.kv_tile, ") has a wrong partial-mask flag");
-      uint8_t& mark = seen[(size_t(vis.head_in_unit) * nq + vis.q_tile) * nk + seg.kv_tile];
-      if (mark) fail("block (head ", int(vis.head_in_unit), ", q ", vis.q_tile, ", kv ", seg.kv_tile, ") visited twice");
-      mark = 1;
-      ranks[size_t(vis.head_in_unit) * nq + vis.q_tile].push_back(vis.dq_rank);
+  Coverage c{std::vector<int32_t>(size_t(h.heads_per_unit) * nq, 0)};
+  std::vector<int32_t> last_segment(c.contributions.size(), -1); // per accumulator: the last segment visiting it
+  // Plain pointers keep the hot loop's bases in registers (through the vectors, GCC reloads them every visit).
+  const dash_visit* visits = plan.visits.data();
+  const uint16_t* dq_count = plan.dq_count.data();
+  int32_t* contributions = c.contributions.data();
+  int32_t* last = last_segment.data();
+  bool in_claim_order = true;
+  for (int32_t s = 0; s < h.segments_per_unit; ++s) {
+    const int32_t kv = plan.segments[s].kv_tile, first = plan.segments[s].first_visit;
+    const int32_t count = plan.segments[s].num_visits;
+    const KvGeometry g = kv_geometry(grid, kv);
+    for (int32_t v = first; v < first + count; ++v) {
+      const dash_visit vis = visits[v];
+      const int32_t q = vis.q_tile;
+      if (q < g.q_begin || q >= g.q_end) fail("block (q ", q, ", kv ", kv, ") is fully masked but visited");
+      if (bool(vis.flags & DASH_VISIT_PARTIAL_MASK) != (q < g.full_begin || q >= g.full_end))
+        fail("block (q ", q, ", kv ", kv, ") has a wrong partial-mask flag");
+      const size_t a = size_t(vis.head_in_unit) * nq + q;
+      if (last[a] == s) fail("block (head ", int(vis.head_in_unit), ", q ", q, ", kv ", kv, ") visited twice");
+      last[a] = s;
+      const int32_t claim_rank = contributions[a]++;
+      in_claim_order &= (vis.dq_rank == claim_rank) & (bool(vis.flags & DASH_VISIT_FIRST) == (claim_rank == 0)) &
+                        (bool(vis.flags & DASH_VISIT_LAST) == (claim_rank + 1 == dq_count[a]));
     }
+    // In range and none twice: the segment covers its KV tile iff it has as many visits as the tile has blocks.
+    if (int64_t(count) != int64_t(h.heads_per_unit) * (g.q_end - g.q_begin))
+      for (int64_t head = 0; head < h.heads_per_unit; ++head)
+        for (int32_t q = g.q_begin; q < g.q_end; ++q)
+          if (last[head * nq + q] != s)
+            fail("block (head ", head, ", q ", q, ", kv ", kv, ") has unmasked pairs but is never visited");
   }
-  for (int64_t head = 0; head < h.heads_per_unit; ++head)
-    for (int64_t q = 0; q < nq; ++q)
-      for (int64_t kv = 0; kv < nk; ++kv)
-        if (!seen[(head * nq + q) * nk + kv] && grid.kind(int32_t(q), int32_t(kv)) != BlockKind::Empty)
-          fail("block (head ", head, ", q ", q, ", kv ", kv, ") has unmasked pairs but is never visited");
+  c.ranked_in_claim_order = in_claim_order;
+  return c;
+}
 
-  for (size_t a = 0; a < ranks.size(); ++a) {
-    std::vector<int32_t>& r = ranks[a];
-    if (int64_t(r.size()) != plan.dq_count[a])
-      fail("dQ accumulator ", a, " has ", r.size(), " contributions but dq_count says ", plan.dq_count[a]);
-    std::sort(r.begin(), r.end());
-    for (int32_t k = 0; k < int32_t(r.size()); ++k)
-      if (r[k] != k) fail("dQ accumulator (head ", a / nq, ", q ", a % nq, ") ranks are not 0..", r.size() - 1);
+// (3), first part: the contribution counts and the dK/dV group order.
+void check_counts_and_group(const Plan& plan, const Coverage& coverage) {
+  for (size_t a = 0; a < coverage.contributions.size(); ++a)
+    if (coverage.contributions[a] != plan.dq_count[a])
+      fail("dQ accumulator ", a, " has ", coverage.contributions[a], " contributions but dq_count says ",
+           plan.dq_count[a]);
+  std::vector<uint8_t> group_seen(plan.header.group_size, 0);
+  for (uint8_t g : plan.group_head_by_rank) {
+    if (g >= plan.header.group_size || group_seen[g]) fail("group_head_by_rank is not a permutation of the group");
+    group_seen[g] = 1;
+  }
+}
+
+// The first visit of every item, and the table's end.
+std::vector<int32_t> item_begins(const Plan& plan) {
+  std::vector<int32_t> begin;
+  for (const dash_item& item : plan.items) begin.push_back(plan.segments[item.first_segment].first_visit);
+  begin.push_back(plan.header.visits_per_unit);
+  return begin;
+}
+
+// The item whose visit range holds visit v (items tile the visit table in order, check (1)).
+int32_t item_of(const std::vector<int32_t>& item_begin, int32_t v) {
+  return int32_t(std::upper_bound(item_begin.begin(), item_begin.end(), v) - item_begin.begin()) - 1;
+}
+
+// (5) Forward waits give ticket intervals [i, reach[i]] (reach[i]: the last item that item i waits for, i when
+// none is later); merged, they are the waves that must be co-resident. Items come in ticket order, so one sweep
+// merges them.
+struct Waits {
+  int32_t largest_wave = 1;
+  bool only_backward = true;
+};
+
+Waits waves(const std::vector<int32_t>& reach) {
+  Waits w;
+  int32_t start = -1, end = -1;
+  for (int32_t i = 0; i < int32_t(reach.size()); ++i) {
+    if (reach[i] == i) continue;
+    w.only_backward = false;
+    if (i > end) {
+      start = i;
+      end = reach[i];
+    } else {
+      end = std::max(end, reach[i]);
+    }
+    w.largest_wave = std::max(w.largest_wave, end - start + 1);
+  }
+  return w;
+}
+
+// (3)-(5) at once for ranks in lock-step arrival order (docs/DEADLOCK.md): walking the visits by (position in
+// item, item), each must carry the next rank of its accumulator and the matching FIRST / LAST flags. Then the
+// ranks are total orders, that walk is a topological order of the wait graph, and each wait targets the item of
+// the accumulator's previous visit in the walk. Returns each item's reach for (5), or nothing at the first visit
+// that breaks the order.
+// Consecutive visits of the walk lie an item apart in the table (equal items a power of two bytes apart, so that
+// they share a few cache sets): it reads the next kChunk visits of every item still running into one buffer.
+std::optional<std::vector<int32_t>> ranked_by_arrival(const Plan& plan) {
+  constexpr int32_t kChunk = 32;
+  const int32_t nq = plan.header.num_q_tiles;
+  const std::vector<int32_t> begin = item_begins(plan);
+  struct Running {
+    int32_t item, length;
+  };
+  std::vector<Running> running;
+  std::vector<int32_t> reach(plan.items.size());
+  for (int32_t i = 0; i < int32_t(plan.items.size()); ++i) {
+    reach[i] = i;
+    if (begin[i + 1] > begin[i]) running.push_back({i, begin[i + 1] - begin[i]});
+  }
+  std::vector<uint16_t> next_rank(plan.dq_count.size(), 0);
+  std::vector<int32_t> last_item(plan.dq_count.size(), -1);
+  std::vector<dash_visit> buffer(running.size() * kChunk);
+  for (int32_t base = 0; !running.empty(); base += kChunk) {
+    for (size_t k = 0; k < running.size(); ++k)
+      std::copy_n(&plan.visits[begin[running[k].item] + base], std::min(kChunk, running[k].length - base),
+                  &buffer[k * kChunk]);
+    for (int32_t step = 0; step < kChunk; ++step) {
+      for (size_t k = 0; k < running.size(); ++k) {
+        if (base + step >= running[k].length) continue;
+        const dash_visit vis = buffer[k * kChunk + step];
+        const int32_t item = running[k].item;
+        const size_t a = size_t(vis.head_in_unit) * nq + vis.q_tile;
+        const int32_t rank = next_rank[a]++;
+        if (vis.dq_rank != rank || bool(vis.flags & DASH_VISIT_FIRST) != (rank == 0) ||
+            bool(vis.flags & DASH_VISIT_LAST) != (rank + 1 == plan.dq_count[a]))
+          return std::nullopt;
+        if (last_item[a] > item) reach[item] = std::max(reach[item], last_item[a]);
+        last_item[a] = item;
+      }
+    }
+    size_t kept = 0;
+    for (const Running& r : running)
+      if (base + kChunk < r.length) running[kept++] = r;
+    running.resize(kept);
+  }
+  return reach;
+}
+
+// Where each accumulator's ranks live in one flat table: slots offset[a] .. offset[a + 1] - 1 hold the visits of
+// ranks 0 .. dq_count[a] - 1 of accumulator a.
+struct RankIndex {
+  std::vector<int32_t> offset;
+  std::vector<int32_t> visit_of_slot;
+  int32_t slot(const dash_visit& vis, int32_t num_q) const {
+    return offset[size_t(vis.head_in_unit) * num_q + vis.q_tile] + vis.dq_rank;
+  }
+};
+
+// (3), in general: each accumulator's ranks are exactly 0 .. dq_count - 1 (given the counts, no rank is out of
+// range or taken twice), and the FIRST and LAST flags mark the ends. Returns the visits by (accumulator, rank).
+RankIndex check_ranks(const Plan& plan) {
+  const int32_t nq = plan.header.num_q_tiles;
+  RankIndex index{std::vector<int32_t>(plan.dq_count.size() + 1, 0), std::vector<int32_t>(plan.visits.size(), -1)};
+  for (size_t a = 0; a < plan.dq_count.size(); ++a) index.offset[a + 1] = index.offset[a] + plan.dq_count[a];
+  for (int32_t v = 0; v < int32_t(plan.visits.size()); ++v) {
+    const dash_visit& vis = plan.visits[v];
+    const size_t a = size_t(vis.head_in_unit) * nq + vis.q_tile;
+    if (vis.dq_rank >= plan.dq_count[a] || index.visit_of_slot[index.slot(vis, nq)] >= 0)
+      fail("dQ accumulator (head ", a / nq, ", q ", a % nq, ") ranks are not 0..", plan.dq_count[a] - 1);
+    index.visit_of_slot[index.slot(vis, nq)] = v;
   }
   for (const dash_visit& vis : plan.visits) {
     const int32_t count = plan.dq_count[size_t(vis.head_in_unit) * nq + vis.q_tile];
     if (bool(vis.flags & DASH_VISIT_FIRST) != (vis.dq_rank == 0)) fail("FIRST flag disagrees with rank");
     if (bool(vis.flags & DASH_VISIT_LAST) != (vis.dq_rank == count - 1)) fail("LAST flag disagrees with rank");
   }
-  std::vector<uint8_t> group_seen(h.group_size, 0);
-  for (uint8_t g : plan.group_head_by_rank) {
-    if (g >= h.group_size || group_seen[g]) fail("group_head_by_rank is not a permutation of the group");
-    group_seen[g] = 1;
-  }
+  return index;
 }
 
-// (4) acyclic wait graph and (5) waves. Returns the size of the largest wave (1 if none).
-int32_t check_waits(const Plan& plan, bool& waits_only_backward) {
-  const dash_plan_header& h = plan.header;
-  const int32_t nv = h.visits_per_unit;
-  std::vector<int32_t> item_of(nv);
-  for (int32_t i = 0; i < h.items_per_unit; ++i) {
-    const dash_item& item = plan.items[i];
-    const dash_segment& first = plan.segments[item.first_segment];
-    const dash_segment& last = plan.segments[item.first_segment + item.num_segments - 1];
-    for (int32_t v = first.first_visit; v < last.first_visit + last.num_visits; ++v) item_of[v] = i;
-  }
-  // awaited[v] = the visit of rank dq_rank - 1 on v's accumulator (or -1 for rank 0).
-  std::vector<int32_t> by_rank_offset(plan.dq_count.size() + 1, 0);
-  for (size_t a = 0; a < plan.dq_count.size(); ++a) by_rank_offset[a + 1] = by_rank_offset[a] + plan.dq_count[a];
-  std::vector<int32_t> visit_of_rank(nv);
-  for (int32_t v = 0; v < nv; ++v) {
-    const dash_visit& vis = plan.visits[v];
-    visit_of_rank[by_rank_offset[size_t(vis.head_in_unit) * h.num_q_tiles + vis.q_tile] + vis.dq_rank] = v;
-  }
-  std::vector<int32_t> awaited(nv, -1);
-  for (int32_t v = 0; v < nv; ++v) {
-    const dash_visit& vis = plan.visits[v];
-    if (vis.dq_rank > 0)
-      awaited[v] = visit_of_rank[by_rank_offset[size_t(vis.head_in_unit) * h.num_q_tiles + vis.q_tile] + vis.dq_rank - 1];
-  }
-
-  // Kahn's algorithm. Edges: v-1 -> v inside an item (chain), awaited[v] -> v (wait).
-  std::vector<int32_t> indegree(nv, 0), next_waiter(nv, -1);
-  for (int32_t v = 0; v < nv; ++v) {
-    if (v > 0 && item_of[v - 1] == item_of[v]) ++indegree[v];
-    if (awaited[v] >= 0) {
-      ++indegree[v];
-      next_waiter[awaited[v]] = v; // each visit is awaited by at most one (the next rank)
+// (4), in general: the graph whose edges are v - 1 -> v inside an item (chain) and the previous rank's visit ->
+// v (wait) is acyclic, by Kahn's algorithm. Returns each item's reach for (5).
+std::vector<int32_t> check_acyclic(const Plan& plan, const RankIndex& index) {
+  const int32_t nv = plan.header.visits_per_unit, num_items = plan.header.items_per_unit;
+  const int32_t nq = plan.header.num_q_tiles;
+  const std::vector<int32_t> item_begin = item_begins(plan);
+  // Per visit: its predecessors not yet done (low bits), and whether its item goes on after it.
+  constexpr uint8_t kPending = 3, kChainNext = 4;
+  std::vector<uint8_t> state(nv);
+  std::vector<int32_t> ready, reach(num_items);
+  for (int32_t i = 0; i < num_items; ++i) {
+    int32_t last_awaited = -1;
+    for (int32_t v = item_begin[i]; v < item_begin[i + 1]; ++v) {
+      const dash_visit& vis = plan.visits[v];
+      if (vis.dq_rank > 0) last_awaited = std::max(last_awaited, index.visit_of_slot[index.slot(vis, nq) - 1]);
+      const uint8_t pending = uint8_t((v > item_begin[i]) + (vis.dq_rank > 0));
+      state[v] = pending | (v + 1 < item_begin[i + 1] ? kChainNext : 0);
+      if (pending == 0) ready.push_back(v);
     }
+    reach[i] = last_awaited >= item_begin[i + 1] ? item_of(item_begin, last_awaited) : i;
   }
-  std::vector<int32_t> ready;
-  for (int32_t v = 0; v < nv; ++v)
-    if (indegree[v] == 0) ready.push_back(v);
+  // The chain successor is taken first, so the walk runs along items as the kernel would.
   int32_t done = 0;
   while (!ready.empty()) {
     const int32_t v = ready.back();
     ready.pop_back();
     ++done;
-    if (v + 1 < nv && item_of[v + 1] == item_of[v] && --indegree[v + 1] == 0) ready.push_back(v + 1);
-    if (next_waiter[v] >= 0 && --indegree[next_waiter[v]] == 0) ready.push_back(next_waiter[v]);
+    const dash_visit& vis = plan.visits[v];
+    if (vis.dq_rank + 1 < plan.dq_count[size_t(vis.head_in_unit) * nq + vis.q_tile]) {
+      const int32_t waiter = index.visit_of_slot[index.slot(vis, nq) + 1];
+      if ((--state[waiter] & kPending) == 0) ready.push_back(waiter);
+    }
+    if ((state[v] & kChainNext) && (--state[v + 1] & kPending) == 0) ready.push_back(v + 1);
   }
   if (done != nv) {
     for (int32_t v = 0; v < nv; ++v)
-      if (indegree[v] > 0)
-        fail("wait cycle: visit ", v, " (item ", item_of[v], ", q ", plan.visits[v].q_tile, ", rank ",
+      if (state[v] & kPending)
+        fail("wait cycle: visit ", v, " (item ", item_of(item_begin, v), ", q ", plan.visits[v].q_tile, ", rank ",
              plan.visits[v].dq_rank, ") can never start");
   }
+  return reach;
+}
 
-  // Forward waits give ticket intervals; merged, they are the waves that must be co-resident.
-  std::vector<std::pair<int32_t, int32_t>> intervals;
-  for (int32_t v = 0; v < nv; ++v)
-    if (awaited[v] >= 0 && item_of[awaited[v]] > item_of[v]) intervals.push_back({item_of[v], item_of[awaited[v]]});
-  waits_only_backward = intervals.empty();
-  std::sort(intervals.begin(), intervals.end());
-  int32_t largest = 1, start = -1, end = -1;
-  for (auto [lo, hi] : intervals) {
-    if (lo > end) {
-      start = lo;
-      end = hi;
-    } else {
-      end = std::max(end, hi);
-    }
-    largest = std::max(largest, end - start + 1);
-  }
-  return largest;
+// (3) total orders, (4) no cycle, (5) waves. Ranks in claim order or in lock-step arrival order (what the
+// planners make) are proved in one pass; any other order goes through the general checks.
+Waits check_orders_and_waits(const Plan& plan, const Coverage& coverage) {
+  check_counts_and_group(plan, coverage);
+  // Claim order is a topological order in which every wait targets an earlier visit, so an earlier ticket.
+  if (coverage.ranked_in_claim_order) return {};
+  if (const auto reach = ranked_by_arrival(plan)) return waves(*reach);
+  return waves(check_acyclic(plan, check_ranks(plan)));
 }
 
 } // namespace
@@ -213,8 +347,10 @@ ValidationReport validate_plan(const Plan& plan, int32_t num_ctas) {
   try {
     if (num_ctas < 1) fail("num_ctas must be >= 1");
     check_structure(plan);
-    check_coverage_and_orders(plan);
-    report.min_coresident_ctas = check_waits(plan, report.waits_only_backward);
+    const TileGrid grid(Problem::from_c(plan.header.problem), {plan.header.block_m, plan.header.block_n});
+    const Waits waits = check_orders_and_waits(plan, check_coverage(plan, grid));
+    report.min_coresident_ctas = waits.largest_wave;
+    report.waits_only_backward = waits.only_backward;
     if (num_ctas < report.min_coresident_ctas)
       fail("the plan's waits need ", report.min_coresident_ctas, " co-resident CTAs (its largest wave) but only ",
            num_ctas, " are available");

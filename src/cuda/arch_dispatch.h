@@ -25,9 +25,9 @@ dash_status current_kernel_family(const char* what, KernelFamily& family, std::s
 
 // The forward of `launch`'s (head dim, dtype) on `family`.
 dash_status run_forward(KernelFamily family, const FwdLaunch& launch, std::string& error);
-// Preprocess, main and convert kernels of the backward. `cooperative`: the plan needs co-residency.
+// Preprocess, main (a plain launch of num_ctas persistent CTAs) and convert kernels of the backward.
 dash_status run_backward(KernelFamily family, const bwd::BwdParams& params, int32_t head_dim, dash_dtype dtype,
-                         int32_t num_ctas, bool cooperative, cudaStream_t stream, std::string& error);
+                         int32_t num_ctas, cudaStream_t stream, std::string& error);
 // Most CTAs of the backward's main kernel that can be co-resident on the current device.
 dash_status backward_max_coresident(KernelFamily family, int32_t head_dim, dash_dtype dtype, int32_t& max_ctas,
                                     std::string& error);

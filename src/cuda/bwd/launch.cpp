@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bwd/launch.cpp — dash_bwd: after validation (validation.cpp), the co-residency check, the kernel parameters, the
+// bwd/launch.cpp — dash_bwd: after validation (validation.cpp), the wave check, the kernel parameters, the
 // zeroing of the workspace's counters, and the kernels of the device's family (arch_dispatch.h).
 #include <cstdint>
 #include <string>
@@ -21,7 +21,7 @@ namespace {
 BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t deterministic, uint8_t* ws,
                       const BwdWorkspaceLayout& w) {
   const dash_plan_header& h = plan.header;
-  const uint8_t* blob = static_cast<const uint8_t*>(plan.device_blob);
+  const uint8_t* blob = static_cast<const uint8_t*>(plan.device_template->device_blob);
   const dash_problem& p = a.problem;
   BwdParams params{};
   params.q = a.q;
@@ -104,22 +104,20 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
     return fail(s, error);
   }
 
-  // A plan with forward waits needs all its CTAs co-resident in deterministic mode (docs/DEADLOCK.md): launch
-  // cooperatively, and refuse when the device cannot hold them. The non-deterministic mode has no wait between
-  // CTAs (the store warps add in arrival order; no claim rule, no group order), so it launches plainly: CTAs that
-  // find their SMs held by other kernels start when any SM frees, find no ticket left, and exit.
-  const bool needs_coresidency = deterministic && !(h.flags & DASH_PLAN_WAITS_ONLY_BACKWARD);
-  if (needs_coresidency) {
+  // Every call is a plain launch of num_ctas CTAs (docs/DEADLOCK.md). The non-deterministic mode has no wait between
+  // CTAs. A deterministic plan progresses whenever `min_coresident_ctas` (its largest wave) of its CTAs run at once:
+  // plan_for checked that num_ctas holds the wave; here the device must be able to hold the wave at all. CTAs whose
+  // SMs other kernels hold start when those finish, or find no ticket left and exit.
+  if (deterministic && h.min_coresident_ctas > 1) {
     int32_t capacity = 0;
     if (dash_status s = dash::kernels::backward_max_coresident(family, a.problem.head_dim, a.dtype, capacity, error);
         s != DASH_OK) {
       return fail(s, "dash_bwd: " + error);
     }
-    if (h.num_ctas > capacity) {
-      return fail(DASH_ERROR_UNSUPPORTED, "plan.num_ctas: " + std::to_string(h.num_ctas) +
-                                              " CTAs must be co-resident for this plan's forward waits, but this "
-                                              "device holds at most " + std::to_string(capacity) +
-                                              " backward CTAs at once (build the plan with num_ctas <= that)");
+    if (h.min_coresident_ctas > capacity) {
+      return fail(DASH_ERROR_UNSUPPORTED, "plan: its waits need " + std::to_string(h.min_coresident_ctas) +
+                                              " backward CTAs running at once, but this device holds at most " +
+                                              std::to_string(capacity) + " (use schedule descending or auto)");
     }
   }
 
@@ -142,8 +140,7 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
       return cuda_fail("cudaMemsetAsync(dk/dv accum)", s);
     }
   }
-  if (dash_status s = dash::kernels::run_backward(family, params, a.problem.head_dim, a.dtype, h.num_ctas,
-                                                  needs_coresidency, stream, error);
+  if (dash_status s = dash::kernels::run_backward(family, params, a.problem.head_dim, a.dtype, h.num_ctas, stream, error);
       s != DASH_OK) {
     return fail(s, "dash_bwd: " + error);
   }

@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// bwd/plan_handle.cpp — dash_plan_create / destroy / blob: a plan is built and validated on the host by the
-// planner (dash::build_plan, which checks every size limit before planning) and copied to the device once.
+// bwd/plan_handle.cpp — dash_plan_create / destroy / blob. The planner (dash::plan_for) resolves the schedule and
+// returns a cached, validated unit template; this file keeps one device copy per (template, device), so a problem
+// whose sequence template was seen before costs a look-up and no device work.
 #include "bwd/plan_handle.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
+#include <list>
 #include <string>
 
+#include <cuda.h>  // driver types only: the functions come through cudaGetDriverEntryPointByVersion
 #include <cuda_runtime_api.h>
 
 #include "api_error.h"
@@ -15,8 +19,131 @@
 
 namespace dash::kernels::bwd {
 
+DeviceTemplate::~DeviceTemplate() {
+  if (device_blob == nullptr) return;
+  int current = 0;
+  cudaGetDevice(&current);
+  cudaSetDevice(device);
+  cudaFree(device_blob);
+  cudaSetDevice(current);
+}
+
 dash_status check_plan(dash_plan_t plan) {
-  if (plan == nullptr || plan->device_blob == nullptr) return capi::fail(DASH_ERROR_INVALID_ARGUMENT, "plan: null handle");
+  if (plan == nullptr || plan->device_template == nullptr) return capi::fail(DASH_ERROR_INVALID_ARGUMENT, "plan: null handle");
+  return DASH_OK;
+}
+
+namespace {
+
+// Device copies of unit templates, most recently used first, up to kDeviceCacheBytes (a plan handle keeps its own
+// copy alive after eviction). Uploads go through a private non-blocking stream: the host waits for the copy
+// only, never for kernels queued on other streams (a plain cudaMemcpy would wait for the legacy default stream).
+class DeviceTemplateCache {
+ public:
+  static constexpr size_t kDeviceCacheBytes = size_t(1) << 30;
+
+  dash_status get(const std::shared_ptr<const UnitTemplate>& unit, int device,
+                  std::shared_ptr<const DeviceTemplate>& out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if ((*it)->unit == unit && (*it)->device == device) {
+        entries_.splice(entries_.begin(), entries_, it);
+        out = entries_.front();
+        return DASH_OK;
+      }
+    }
+    auto entry = std::make_shared<DeviceTemplate>();
+    entry->unit = unit;
+    entry->device = device;
+    const std::vector<uint8_t> blob = unit->plan.to_blob();
+    std::memcpy(&entry->blob_header, blob.data(), sizeof(dash_plan_header));
+    entry->bytes = blob.size();
+    if (cudaError_t s = cudaMalloc(&entry->device_blob, blob.size()); s != cudaSuccess) {
+      entry->device_blob = nullptr;
+      return cuda_fail("cudaMalloc(plan blob)", s);
+    }
+    cudaStream_t stream = nullptr;
+    if (dash_status s = upload_stream(device, stream); s != DASH_OK) return s;
+    if (cudaError_t s = cudaMemcpyAsync(entry->device_blob, blob.data(), blob.size(), cudaMemcpyHostToDevice, stream);
+        s != cudaSuccess) {
+      return cuda_fail("cudaMemcpyAsync(plan blob)", s);
+    }
+    // The blob must be on the device before any stream can launch a kernel that reads it; `blob` is freed on return.
+    if (cudaError_t s = cudaStreamSynchronize(stream); s != cudaSuccess) return cuda_fail("cudaStreamSynchronize(plan upload)", s);
+    entries_.push_front(entry);
+    bytes_ += entry->bytes;
+    while (bytes_ > kDeviceCacheBytes && entries_.size() > 1) {
+      bytes_ -= entries_.back()->bytes;
+      entries_.pop_back();
+    }
+    out = entry;
+    return DASH_OK;
+  }
+
+ private:
+  dash_status upload_stream(int device, cudaStream_t& stream) {
+    for (auto& [d, s] : streams_) {
+      if (d == device) {
+        stream = s;
+        return DASH_OK;
+      }
+    }
+    if (cudaError_t s = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); s != cudaSuccess) {
+      return cuda_fail("cudaStreamCreateWithFlags(plan upload)", s);
+    }
+    streams_.push_back({device, stream});  // lives as long as the process
+    return DASH_OK;
+  }
+
+  std::mutex mutex_;
+  std::list<std::shared_ptr<const DeviceTemplate>> entries_;
+  size_t bytes_ = 0;
+  std::vector<std::pair<int, cudaStream_t>> streams_;
+};
+
+// A driver function through the runtime (the library links the static runtime, not libcuda); nullptr if the
+// driver lacks it.
+template <class Fn>
+Fn driver_function(const char* name, int version) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, unsigned(version), cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    return nullptr;
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+DeviceTemplateCache& device_cache() {
+  static DeviceTemplateCache* instance = new DeviceTemplateCache;  // never destroyed (CUDA may be torn down first)
+  return *instance;
+}
+
+}  // namespace
+
+dash_status usable_sms(int device, int32_t& sms) {
+  if (cudaError_t s = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); s != cudaSuccess) {
+    return cuda_fail("cudaDeviceGetAttribute(MultiProcessorCount)", s);
+  }
+  // The current context may run on fewer SMs: a green context's SM resource, or an MPS client's execution affinity.
+  // CUDA graphs and plain streams see the device's count. Drivers without these calls have no such partitions.
+  CUcontext context = nullptr;
+  auto get_current = driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent", 4000);
+  if (get_current == nullptr || get_current(&context) != CUDA_SUCCESS || context == nullptr) return DASH_OK;
+  if (auto get_resource = driver_function<CUresult (*)(CUcontext, CUdevResource*, CUdevResourceType)>(
+          "cuCtxGetDevResource", 12040)) {
+    CUdevResource resource{};
+    if (get_resource(context, &resource, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS && resource.sm.smCount > 0) {
+      sms = std::min<int32_t>(sms, int32_t(resource.sm.smCount));
+    }
+  }
+  if (auto get_affinity = driver_function<CUresult (*)(CUexecAffinityParam*, CUexecAffinityType)>(
+          "cuCtxGetExecAffinity", 11040)) {
+    CUexecAffinityParam affinity{};
+    if (get_affinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT) == CUDA_SUCCESS && affinity.param.smCount.val > 0) {
+      sms = std::min<int32_t>(sms, int32_t(affinity.param.smCount.val));
+    }
+  }
   return DASH_OK;
 }
 
@@ -44,56 +171,71 @@ dash_status dash_plan_create(const dash_problem* problem, const char* schedule, 
   if (dash_status s = dash_check_problem(problem, 1); s != DASH_OK) return s;
   int device = 0;
   if (cudaError_t s = cudaGetDevice(&device); s != cudaSuccess) return cuda_fail("cudaGetDevice", s);
-  if (num_ctas == 0) {
-    if (cudaError_t s = cudaDeviceGetAttribute(&num_ctas, cudaDevAttrMultiProcessorCount, device); s != cudaSuccess) {
-      return cuda_fail("cudaDeviceGetAttribute(MultiProcessorCount)", s);
-    }
+  int32_t sms = 0;
+  if (dash_status s = dash::kernels::bwd::usable_sms(device, sms); s != DASH_OK) return s;
+  if (num_ctas == 0) num_ctas = sms;
+  if (num_ctas > sms) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT, "num_ctas: " + std::to_string(num_ctas) + " exceeds the " +
+                                                 std::to_string(sms) + " SMs this context can use on device " +
+                                                 std::to_string(device) + " (the backward runs one CTA per SM)");
   }
-  auto plan = new dash_plan_s;
+  dash::BoundPlan bound;
   try {
     dash::PlanRequest request;
     request.problem = dash::Problem::from_c(*problem);
     request.schedule = dash::Schedule::parse(schedule);
     request.num_ctas = num_ctas;
     request.gqa_mode = static_cast<dash::GqaMode>(gqa_mode);
-    plan->blob = dash::build_plan(request).to_blob();
+    bound = dash::plan_for(request);
   } catch (const dash::Error& e) {
-    delete plan;
     return fail(DASH_ERROR_INVALID_ARGUMENT, e.what());
   } catch (const std::exception& e) {
-    delete plan;
     return fail(DASH_ERROR_INVALID_ARGUMENT, std::string("plan: ") + e.what());
   }
-  std::memcpy(&plan->header, plan->blob.data(), sizeof(dash_plan_header));
+  std::shared_ptr<const dash::kernels::bwd::DeviceTemplate> device_template;
+  if (dash_status s = dash::kernels::bwd::device_cache().get(bound.unit, device, device_template); s != DASH_OK) return s;
+  auto plan = new dash_plan_s;
+  plan->header = bound.header;
+  const dash_plan_header& offsets = device_template->blob_header;
+  plan->header.items_offset = offsets.items_offset;
+  plan->header.segments_offset = offsets.segments_offset;
+  plan->header.visits_offset = offsets.visits_offset;
+  plan->header.dq_count_offset = offsets.dq_count_offset;
+  plan->header.group_head_by_rank_offset = offsets.group_head_by_rank_offset;
+  plan->header.total_bytes = offsets.total_bytes;
+  plan->device_template = std::move(device_template);
+  plan->note = std::move(bound.note);
   plan->device = device;
-  if (cudaError_t s = cudaMalloc(&plan->device_blob, plan->blob.size()); s != cudaSuccess) {
-    delete plan;
-    return cuda_fail("cudaMalloc(plan blob)", s);
-  }
-  if (cudaError_t s = cudaMemcpy(plan->device_blob, plan->blob.data(), plan->blob.size(), cudaMemcpyHostToDevice);
-      s != cudaSuccess) {
-    cudaFree(plan->device_blob);
-    delete plan;
-    return cuda_fail("cudaMemcpy(plan blob)", s);
-  }
   *out = plan;
   return DASH_OK;
 }
 
-void dash_plan_destroy(dash_plan_t plan) {
-  if (plan == nullptr) return;
-  if (plan->device_blob != nullptr) cudaFree(plan->device_blob);
-  delete plan;
-}
+void dash_plan_destroy(dash_plan_t plan) { delete plan; }
 
 dash_status dash_plan_blob(dash_plan_t plan, const void** data, size_t* bytes) {
   dash::capi::set_last_error("");
   if (dash_status s = dash::kernels::bwd::check_plan(plan); s != DASH_OK) return s;
   if (data == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "data: null pointer");
   if (bytes == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "bytes: null pointer");
+  std::call_once(plan->blob_once, [plan] {
+    dash::Plan copy = plan->device_template->unit->plan;
+    copy.header = plan->header;
+    copy.note = plan->note;
+    plan->blob = copy.to_blob();
+  });
   *data = plan->blob.data();
   *bytes = plan->blob.size();
   return DASH_OK;
 }
+
+dash_status dash_usable_sms(int32_t* sms) {
+  dash::capi::set_last_error("");
+  if (sms == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "sms: null pointer");
+  int device = 0;
+  if (cudaError_t s = cudaGetDevice(&device); s != cudaSuccess) return cuda_fail("cudaGetDevice", s);
+  return dash::kernels::bwd::usable_sms(device, *sms);
+}
+
+const char* dash_plan_note(dash_plan_t plan) { return plan == nullptr ? nullptr : plan->note.c_str(); }
 
 }  // extern "C"

@@ -1,22 +1,44 @@
 // SPDX-License-Identifier: Apache-2.0
-// bwd/plan_handle.h — what a dash_plan_t holds: the plan's bytes on the host and their one copy on the device it
-// was created on (dash_plan_create in plan_handle.cpp).
+// bwd/plan_handle.h — what a dash_plan_t holds: the header of its problem and a shared, device-resident copy of its
+// unit template (dash_plan_create in plan_handle.cpp). Plans whose problems share a sequence template (same lengths,
+// mask, head dim, GQA group, mode and planner; any batch or head count) share one device copy.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "dash/dash_attn.h"
+#include "dash/plan.hpp"
 #include "dash/plan_format.h"
 
-struct dash_plan_s {
-  std::vector<uint8_t> blob;  // host copy, what the device copy holds
-  dash_plan_header header{};
+namespace dash::kernels::bwd {
+
+// One unit template's blob on one device. Freed when the last plan and the device cache drop it.
+struct DeviceTemplate {
+  std::shared_ptr<const UnitTemplate> unit;
+  dash_plan_header blob_header{};  // the template blob's header: the tables' byte offsets
   void* device_blob = nullptr;
+  size_t bytes = 0;
   int device = -1;
+  ~DeviceTemplate();
 };
 
-namespace dash::kernels::bwd {
+// SMs the current context can run on: the device's, or fewer in a green context or an MPS client with an SM limit.
+dash_status usable_sms(int device, int32_t& sms);
+
 // DASH_OK for a live handle, else DASH_ERROR_INVALID_ARGUMENT naming `plan`.
 dash_status check_plan(dash_plan_t plan);
+
 }  // namespace dash::kernels::bwd
+
+struct dash_plan_s {
+  dash_plan_header header{};  // this problem's header; table offsets are the device template's
+  std::shared_ptr<const dash::kernels::bwd::DeviceTemplate> device_template;
+  std::string note;
+  int device = -1;
+  // dash_plan_blob's host copy, serialised on the first call only (it copies the template's tables).
+  std::once_flag blob_once;
+  std::vector<uint8_t> blob;
+};

@@ -27,11 +27,10 @@ int smem_bytes();
 }  // namespace fwd
 
 namespace bwd {
-// Launches preprocess, the plan-executing main kernel and convert on `stream`. `cooperative` asks for a
-// co-resident launch (plans with forward waits, docs/DEADLOCK.md).
+// Launches preprocess, the plan-executing main kernel (num_ctas persistent CTAs, a plain launch: docs/DEADLOCK.md)
+// and convert on `stream`.
 template <int kHeadDim, dash_dtype kDtype>
-dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, bool cooperative, cudaStream_t stream,
-                std::string& error);
+dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStream_t stream, std::string& error);
 // Most CTAs of the main kernel that can be co-resident on the current device (occupancy x SMs).
 template <int kHeadDim, dash_dtype kDtype>
 dash_status max_coresident(int32_t& max_ctas, std::string& error);
@@ -40,7 +39,7 @@ dash_status max_coresident(int32_t& max_ctas, std::string& error);
 #define DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, DTYPE)                                                          \
   extern template dash_status fwd::run<HDIM, DTYPE>(kernels::FwdLaunch const&, std::string&);                \
   extern template int fwd::smem_bytes<HDIM, DTYPE>();                                                         \
-  extern template dash_status bwd::run<HDIM, DTYPE>(kernels::bwd::BwdParams const&, int32_t, bool, cudaStream_t, \
+  extern template dash_status bwd::run<HDIM, DTYPE>(kernels::bwd::BwdParams const&, int32_t, cudaStream_t,       \
                                                     std::string&);                                            \
   extern template dash_status bwd::max_coresident<HDIM, DTYPE>(int32_t&, std::string&);
 #define DASH_DECLARE_HOPPER_KERNELS(HDIM, ...)                 \

@@ -230,14 +230,16 @@ __device__ __forceinline__ void mma_barrier(uint32_t id) {
 }
 
 // Every intra-CTA mbarrier wait of the producer and the MMA warpgroups goes through watchdog_wait. A protocol bug
-// must not hang: a wait that has not completed after DASH_BWD_WATCHDOG_CYCLES clock cycles (default 2^35, ~17 s at 1.98 GHz; the
-// slowest legitimate wait measured, a plan run while another kernel held the SMs, took 0.2 s) ends the kernel
-// with an error instead of a hang: it writes to the invalid address 256 x (site + 1), so the launch fails with
+// must not hang: a wait that has not completed after DASH_BWD_WATCHDOG_CYCLES clock cycles (default 2^40, ~9 minutes
+// at 1.98 GHz) ends the kernel with an error instead of a hang. Legitimate waits can be long: with a plain launch, a
+// deterministic plan whose wave is not yet running waits until kernels of other streams release their SMs
+// (docs/DEADLOCK.md), so the limit sits far above any such wait, and only a protocol bug can reach it. To end the
+// kernel it writes to the invalid address 256 x (site + 1), so the launch fails with
 // "illegal address", and compute-sanitizer memcheck names the site (the address), the block and the thread.
 // The whole wait is one asm block, like CUTLASS's ClusterBarrier::wait: a C++ retry loop around try_wait put
 // control flow between the wgmmas and tripled the spills (40 -> ~1200 bytes). 0 compiles the plain wait.
 #ifndef DASH_BWD_WATCHDOG_CYCLES
-#define DASH_BWD_WATCHDOG_CYCLES (1ull << 35)
+#define DASH_BWD_WATCHDOG_CYCLES (1ull << 40)
 #endif
 enum WaitSite : uint32_t { kSiteKvEmpty, kSiteKvFull, kSiteQEmpty, kSiteQFull, kSiteDqEmpty, kSiteClaim };
 __device__ __forceinline__ void watchdog_wait(uint64_t* bar, uint32_t parity, WaitSite site) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // hopper/bwd/bwd_launch.cuh — host side of the Hopper backward for one (head dim, dtype): TMA descriptors over the
-// caller's strided Q / dO / K / V, then preprocess, the plan-executing main kernel (cooperatively when the plan
-// needs co-residency) and convert, on the caller's stream. Included only by the generated instantiation files
+// caller's strided Q / dO / K / V, then preprocess, the plan-executing main kernel and convert, on the caller's
+// stream. Included only by the generated instantiation files
 // (src/cuda/CMakeLists.txt). Validation and the zeroing of the workspace live in src/cuda/bwd/.
 #pragma once
 
@@ -41,8 +41,7 @@ dash_status max_coresident(int32_t& max_ctas, std::string& error) {
 }
 
 template <int kHeadDim, dash_dtype kDtype>
-dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, bool cooperative, cudaStream_t stream,
-                std::string& error) {
+dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStream_t stream, std::string& error) {
   using namespace cute;
   using Config = BwdConfig<kHeadDim, kDtype>;
   using StdElement = typename Config::StdElement;
@@ -79,23 +78,16 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, bool co
       return detail::cuda_fail(error, "launch of bwd_preprocess", status);
     }
   }
-  // 2. The plan-executing main kernel, persistent over the plan's tickets: cooperatively when the plan's forward
-  // waits need all num_ctas CTAs co-resident (docs/DEADLOCK.md; the host checked num_ctas against
-  // max_coresident before calling).
+  // 2. The plan-executing main kernel, persistent over the plan's tickets. A plain launch: a deterministic plan
+  // needs only its wave of CTAs running at once (docs/DEADLOCK.md; the host checked the device holds it), so CTAs
+  // that wait for SMs other kernels hold delay the work without stalling it.
   {
     auto kernel = backward_kernel<Config>;
     constexpr int kSmemBytes = smem_bytes_of<Config>();
     cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
     if (status != cudaSuccess) return detail::cuda_fail(error, "cudaFuncSetAttribute(backward kernel smem)", status);
-    if (cooperative) {
-      void* args[] = {&kernel_params};
-      status = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(unsigned(num_ctas)),
-                                           dim3(unsigned(Config::kThreads)), args, size_t(kSmemBytes), stream);
-      if (status != cudaSuccess) return detail::cuda_fail(error, "cudaLaunchCooperativeKernel(backward kernel)", status);
-    } else {
-      kernel<<<unsigned(num_ctas), unsigned(Config::kThreads), kSmemBytes, stream>>>(kernel_params);
-      if ((status = cudaGetLastError()) != cudaSuccess) return detail::cuda_fail(error, "launch of backward kernel", status);
-    }
+    kernel<<<unsigned(num_ctas), unsigned(Config::kThreads), kSmemBytes, stream>>>(kernel_params);
+    if ((status = cudaGetLastError()) != cudaSuccess) return detail::cuda_fail(error, "launch of backward kernel", status);
   }
   // 3. fp32 accumulators -> outputs, grid-stride over the elements.
   {
@@ -114,6 +106,6 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, bool co
 
 // One (head dim, dtype) of the backward: what each generated instantiation file expands.
 #define DASH_INSTANTIATE_HOPPER_BWD(HDIM, DTYPE)                                                                   \
-  template dash_status dash::hopper::bwd::run<HDIM, DTYPE>(dash::kernels::bwd::BwdParams const&, int32_t, bool, \
+  template dash_status dash::hopper::bwd::run<HDIM, DTYPE>(dash::kernels::bwd::BwdParams const&, int32_t,       \
                                                            cudaStream_t, std::string&);                          \
   template dash_status dash::hopper::bwd::max_coresident<HDIM, DTYPE>(int32_t&, std::string&);

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// bench_plan.cpp — dash-bench-plan: host time to get a backward plan (dash::plan_for: schedule resolution, unit
+// template build and validation, header binding) for new shapes, for new batch sizes and head counts of a shape
+// seen before, and for a problem seen before, up to 128k-token sequences, GQA and batch 64. No GPU: the device
+// copy (dash_plan_create) adds one upload per new template, measured by bench/first_call_torch.py on the device.
+//
+//   dash-bench-plan [--out plan.jsonl] [--commit abc1234] [--repeats 5]
+//
+// First-call times are the median over `repeats` runs, each after clear_template_cache(), so every run builds.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dash/plan.hpp"
+
+namespace {
+
+struct Shape {
+  int batch, seqlen, heads_q, heads_kv, head_dim;
+  dash::Mask mask;
+};
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+dash::PlanRequest request(const Shape& s, int batch, int heads_q, int heads_kv) {
+  dash::PlanRequest r;
+  r.problem.batch = batch;
+  r.problem.heads_q = heads_q;
+  r.problem.heads_kv = heads_kv;
+  r.problem.seqlen_q = r.problem.seqlen_k = s.seqlen;
+  r.problem.head_dim = s.head_dim;
+  r.problem.mask = s.mask;
+  r.schedule = dash::Schedule::parse("auto");
+  r.num_ctas = 132;
+  r.gqa_mode = dash::GqaMode::Auto;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path = "plan.jsonl", commit = "unknown";
+  int repeats = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
+    if (a == "--out") out_path = next();
+    else if (a == "--commit") commit = next();
+    else if (a == "--repeats") repeats = std::max(1, std::atoi(next().c_str()));
+    else {
+      std::fprintf(stderr, "usage: dash-bench-plan [--out FILE] [--commit SHA] [--repeats N]\n");
+      return 2;
+    }
+  }
+  FILE* out = std::fopen(out_path.c_str(), "w");
+  if (!out) {
+    std::perror(out_path.c_str());
+    return 2;
+  }
+  const std::vector<Shape> shapes = {
+      {2, 8000, 16, 16, 128, dash::Mask::Full},    {2, 8000, 32, 8, 128, dash::Mask::Full},
+      {3, 8000, 32, 8, 128, dash::Mask::Full},     {64, 512, 16, 16, 128, dash::Mask::Causal},
+      {64, 4096, 28, 4, 128, dash::Mask::Causal},  {2, 8192, 16, 16, 64, dash::Mask::Causal},
+      {1, 32768, 32, 8, 128, dash::Mask::Causal},  {1, 131072, 16, 16, 128, dash::Mask::Causal},
+      {1, 131072, 32, 8, 128, dash::Mask::Causal}, {1, 131072, 16, 16, 128, dash::Mask::Full},
+      {1, 131072, 32, 8, 64, dash::Mask::Causal},
+  };
+  std::printf("%-44s %10s %12s %12s %10s %s\n", "shape (auto, 132 CTAs)", "first ms", "new batch ms", "seen ms",
+              "visits", "plan");
+  for (const Shape& s : shapes) {
+    std::vector<double> first, new_batch, seen;
+    dash::BoundPlan plan;
+    for (int r = 0; r < repeats; ++r) {
+      dash::clear_template_cache();
+      auto t0 = std::chrono::steady_clock::now();
+      plan = dash::plan_for(request(s, s.batch, s.heads_q, s.heads_kv));
+      first.push_back(ms_since(t0));
+      t0 = std::chrono::steady_clock::now();
+      dash::plan_for(request(s, s.batch + 1 + r, s.heads_q * 2, s.heads_kv * 2));  // new batch and head count
+      new_batch.push_back(ms_since(t0));
+      t0 = std::chrono::steady_clock::now();
+      dash::plan_for(request(s, s.batch, s.heads_q, s.heads_kv));
+      seen.push_back(ms_since(t0));
+    }
+    char name[96];
+    std::snprintf(name, sizeof name, "b%d_s%d_hq%d_hkv%d_d%d_%s", s.batch, s.seqlen, s.heads_q, s.heads_kv,
+                  s.head_dim, dash::mask_name(s.mask));
+    const char* mode = dash::gqa_mode_name(static_cast<dash::GqaMode>(plan.header.gqa_mode));
+    const char* planner = dash::planner_name(static_cast<dash::Planner>(plan.header.planner));
+    std::printf("%-44s %10.3f %12.4f %12.4f %10d %s %s\n", name, median(first), median(new_batch), median(seen),
+                plan.header.visits_per_unit, mode, planner);
+    std::fprintf(out,
+                 "{\"commit\":\"%s\",\"op\":\"plan_for\",\"config\":\"%s\",\"schedule\":\"auto\",\"num_ctas\":132,"
+                 "\"first_call_ms\":%.4f,\"new_batch_ms\":%.5f,\"seen_ms\":%.5f,\"visits_per_unit\":%d,"
+                 "\"gqa_plan\":\"%s\",\"planner\":\"%s\",\"repeats\":%d}\n",
+                 commit.c_str(), name, median(first), median(new_batch), median(seen), plan.header.visits_per_unit,
+                 mode, planner, repeats);
+  }
+  std::fclose(out);
+  return 0;
+}

@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Plans in a training job: the SM budget (sm_margin) and the bits. For every schedule including auto, every CTA count
+from the SM count down to the plan's wave gives bitwise the same gradients; below the wave a named schedule is
+refused and auto runs another plan. Also the plan's header and note through the C ABI, and sm_margin's checks."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import dash_attn  # noqa: E402
+from dash_attn import _abi, _torch_ops  # noqa: E402
+
+HAVE_CUDA = torch.cuda.is_available() and bool(_abi.LIB.dash_cuda_available())
+SCHEDULES = ["ascending", "descending", "shift", "symmetric-shift", "auto"]
+
+
+def gradients(q, k, v, dout, causal, schedule, sm_margin):
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    dash_attn.attention(*leaves, causal=causal, schedule=schedule, sm_margin=sm_margin).backward(dout)
+    return [t.grad for t in leaves]
+
+
+def wave(q, k, causal, schedule, num_ctas):
+    """The wave (min_coresident_ctas) of the plan the backward would use on num_ctas CTAs."""
+    problem = _torch_ops._problem(q, k, causal)
+    if q.is_cuda:
+        plan = _abi.DevicePlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO)
+        return plan.header_field("min_coresident_ctas")
+    header = _abi.PlanHeader.from_buffer_copy(_abi.HostPlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO).blob)
+    return header.min_coresident_ctas
+
+
+def inputs(device, batch, seqlen, heads_q, heads_kv, hdim, dtype):
+    g = torch.Generator(device=device).manual_seed(0)
+    make = lambda h: torch.randn(batch, seqlen, h, hdim, device=device, generator=g).to(dtype)
+    return make(heads_q), make(heads_kv), make(heads_kv), make(heads_q)
+
+
+def check_cta_count_invariance(device, sms, margins, shape, dtype):
+    batch, seqlen, heads_q, heads_kv, hdim = shape
+    q, k, v, dout = inputs(device, batch, seqlen, heads_q, heads_kv, hdim, dtype)
+    for causal in (False, True):
+        for schedule in SCHEDULES:
+            reference = gradients(q, k, v, dout, causal, schedule, 0)
+            full_wave = wave(q, k, causal, schedule, sms)
+            for margin in margins:
+                where = f"{schedule} causal={causal} {heads_q}/{heads_kv} on {sms - margin} CTAs (wave {full_wave})"
+                if sms - margin >= full_wave:
+                    got = gradients(q, k, v, dout, causal, schedule, margin)
+                    for name, a, b in zip(("dq", "dk", "dv"), got, reference):
+                        assert torch.equal(a, b), f"{where}: {name} bits differ from {sms} CTAs"
+                elif schedule == "auto":
+                    got = gradients(q, k, v, dout, causal, schedule, margin)  # another plan: it must run
+                    assert wave(q, k, causal, schedule, sms - margin) <= sms - margin, where
+                    assert all(torch.isfinite(t).all() for t in got), where
+                else:
+                    with pytest.raises(dash_attn.DashError, match="schedule"):
+                        gradients(q, k, v, dout, causal, schedule, margin)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA GPU and the sm_90a kernels")
+@pytest.mark.parametrize("heads", [(16, 16), (32, 8)], ids=["mha16", "gqa32-8"])
+def test_cuda_bits_are_the_same_for_every_cta_count_down_to_the_wave(heads):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    # 132, 114, 100 and 66 CTAs on an H100 / H200; one CTA as the extreme below every wave but 1.
+    margins = sorted({m for m in (0, sms - 114, sms - 100, sms - 66, sms - 1) if m >= 0})
+    check_cta_count_invariance("cuda", sms, margins, (2, 4096, *heads, 128), torch.bfloat16)
+
+
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2)], ids=["mha", "gqa"])
+def test_cpu_bits_are_the_same_for_every_cta_count_down_to_the_wave(heads):
+    # The CPU backend follows the plan the GPU would run on 132 - sm_margin CTAs.
+    sms = _torch_ops.CPU_PLAN_CTAS
+    check_cta_count_invariance("cpu", sms, [0, 66, 131], (1, 512, *heads, 64), torch.float32)
+
+
+def test_sm_margin_is_checked_and_named():
+    q = torch.randn(1, 64, 2, 64)
+    for bad in (-1, _torch_ops.CPU_PLAN_CTAS, 10_000):
+        with pytest.raises(ValueError, match="sm_margin"):
+            dash_attn.attention(q, q, q, sm_margin=bad)
+    for bad in (1.5, "8", True):
+        with pytest.raises(TypeError, match="sm_margin"):
+            dash_attn.attention(q, q, q, sm_margin=bad)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA GPU and the sm_90a kernels")
+def test_plan_create_refuses_more_ctas_than_sms_and_reports_autos_choice():
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    problem = _abi.Problem(batch=1, heads_q=8, heads_kv=2, seqlen_q=3000, seqlen_k=3000, head_dim=128, mask_kind=1,
+                           window_left=-1, window_right=-1)
+    with pytest.raises(dash_attn.DashError, match="num_ctas"):
+        _abi.DevicePlan(problem, "auto", sms + 1, _abi.DASH_GQA_AUTO)
+    plan = _abi.DevicePlan(problem, "auto", 0, _abi.DASH_GQA_AUTO)
+    assert "chose" in plan.note
+    assert plan.header_field("num_ctas") == sms

@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: Apache-2.0
+// The linear planner and validator against the straightforward ones they replaced: ranks by sorting each
+// accumulator's contributions, and a validator that runs Kahn's algorithm on every plan and merges sorted wave
+// intervals. Both references are kept here, small and obviously right, so that any shape can be compared.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <tuple>
+
+#include "dash/plan.hpp"
+#include "test_problems.hpp"
+
+namespace {
+
+using dash::Planner;
+
+size_t accumulator_of(const dash::Plan& plan, const dash_visit& v) {
+  return size_t(v.head_in_unit) * plan.header.num_q_tiles + v.q_tile;
+}
+
+// The item holding each visit.
+std::vector<int> items_of_visits(const dash::Plan& plan) {
+  std::vector<int> item_of(plan.visits.size());
+  for (int i = 0; i < int(plan.items.size()); ++i) {
+    const dash_item& item = plan.items[i];
+    for (int s = item.first_segment; s < item.first_segment + item.num_segments; ++s)
+      for (int v = plan.segments[s].first_visit; v < plan.segments[s].first_visit + plan.segments[s].num_visits; ++v)
+        item_of[v] = i;
+  }
+  return item_of;
+}
+
+// The rank rules as first written: sort each accumulator's contributions by KV tile (ascending, descending) or
+// by lock-step time (position in item, item). Returns, per visit, (rank, FIRST/LAST flags), and dq_count.
+struct ReferenceRanks {
+  std::vector<std::pair<int, int>> rank_and_flags;
+  std::vector<int> dq_count;
+};
+
+ReferenceRanks reference_ranks(const dash::Plan& plan) {
+  const bool by_kv = plan.planner() == Planner::Ascending || plan.planner() == Planner::Descending;
+  const std::vector<int> item_of = items_of_visits(plan);
+  std::vector<std::vector<std::tuple<int, int, int>>> contributions(plan.dq_count.size()); // (key, key, visit)
+  for (const dash_segment& seg : plan.segments)
+    for (int v = seg.first_visit; v < seg.first_visit + seg.num_visits; ++v) {
+      const int item = item_of[v];
+      const int step = v - plan.segments[plan.items[item].first_segment].first_visit;
+      contributions[accumulator_of(plan, plan.visits[v])].push_back(
+          by_kv ? std::make_tuple(seg.kv_tile, 0, v) : std::make_tuple(step, item, v));
+    }
+  ReferenceRanks ref{std::vector<std::pair<int, int>>(plan.visits.size()), {}};
+  for (auto& c : contributions) {
+    std::sort(c.begin(), c.end());
+    ref.dq_count.push_back(int(c.size()));
+    for (int rank = 0; rank < int(c.size()); ++rank)
+      ref.rank_and_flags[std::get<2>(c[rank])] = {
+          rank, (rank == 0 ? DASH_VISIT_FIRST : 0) | (rank == int(c.size()) - 1 ? DASH_VISIT_LAST : 0)};
+  }
+  return ref;
+}
+
+// The first difference between the plan's ranks and the reference's, or "".
+std::string rank_difference(const dash::Plan& plan) {
+  const ReferenceRanks ref = reference_ranks(plan);
+  for (size_t a = 0; a < ref.dq_count.size(); ++a)
+    if (plan.dq_count[a] != ref.dq_count[a])
+      return "dq_count[" + std::to_string(a) + "] " + std::to_string(plan.dq_count[a]) + " != " +
+             std::to_string(ref.dq_count[a]);
+  for (size_t v = 0; v < plan.visits.size(); ++v) {
+    const dash_visit& vis = plan.visits[v];
+    const int flags = vis.flags & (DASH_VISIT_FIRST | DASH_VISIT_LAST);
+    if (vis.dq_rank != ref.rank_and_flags[v].first || flags != ref.rank_and_flags[v].second)
+      return "visit " + std::to_string(v) + ": rank " + std::to_string(vis.dq_rank) + " flags " +
+             std::to_string(flags) + ", reference " + std::to_string(ref.rank_and_flags[v].first) + " flags " +
+             std::to_string(ref.rank_and_flags[v].second);
+  }
+  return "";
+}
+
+// Steps (3)-(5) of the validator as first written, for plans whose ranks are permutations: Kahn's algorithm over
+// the chain and wait edges, then the forward-wait intervals sorted and merged. nullopt when there is a cycle;
+// else (largest wave, waits only backward).
+std::optional<std::pair<int, bool>> reference_waves(const dash::Plan& plan) {
+  const int nv = int(plan.visits.size());
+  const std::vector<int> item_of = items_of_visits(plan);
+  std::vector<int> offset(plan.dq_count.size() + 1, 0);
+  for (size_t a = 0; a < plan.dq_count.size(); ++a) offset[a + 1] = offset[a] + plan.dq_count[a];
+  std::vector<int> visit_of_slot(nv);
+  for (int v = 0; v < nv; ++v) visit_of_slot[offset[accumulator_of(plan, plan.visits[v])] + plan.visits[v].dq_rank] = v;
+  std::vector<int> awaited(nv, -1), indegree(nv, 0), waiter(nv, -1);
+  for (int v = 0; v < nv; ++v) {
+    const dash_visit& vis = plan.visits[v];
+    if (vis.dq_rank > 0) awaited[v] = visit_of_slot[offset[accumulator_of(plan, vis)] + vis.dq_rank - 1];
+    if (awaited[v] >= 0) waiter[awaited[v]] = v;
+    indegree[v] = (awaited[v] >= 0) + (v > 0 && item_of[v - 1] == item_of[v]);
+  }
+  std::vector<int> ready;
+  for (int v = 0; v < nv; ++v)
+    if (indegree[v] == 0) ready.push_back(v);
+  int done = 0;
+  while (!ready.empty()) {
+    const int v = ready.back();
+    ready.pop_back();
+    ++done;
+    if (v + 1 < nv && item_of[v + 1] == item_of[v] && --indegree[v + 1] == 0) ready.push_back(v + 1);
+    if (waiter[v] >= 0 && --indegree[waiter[v]] == 0) ready.push_back(waiter[v]);
+  }
+  if (done != nv) return std::nullopt;
+  std::vector<std::pair<int, int>> intervals;
+  for (int v = 0; v < nv; ++v)
+    if (awaited[v] >= 0 && item_of[awaited[v]] > item_of[v]) intervals.push_back({item_of[v], item_of[awaited[v]]});
+  std::sort(intervals.begin(), intervals.end());
+  int largest = 1, start = -1, end = -1;
+  for (auto [lo, hi] : intervals) {
+    if (lo > end) {
+      start = lo;
+      end = hi;
+    } else {
+      end = std::max(end, hi);
+    }
+    largest = std::max(largest, end - start + 1);
+  }
+  return std::make_pair(largest, intervals.empty());
+}
+
+// The validator's verdict on (3)-(5) must be the reference's.
+std::string wave_difference(const dash::Plan& plan) {
+  const auto report = dash::validate_plan(plan, 100000);
+  const auto ref = reference_waves(plan);
+  if (!ref) return report.ok ? "accepted a plan with a wait cycle" : "";
+  if (!report.ok) return "rejected: " + report.reason;
+  if (report.min_coresident_ctas != ref->first || report.waits_only_backward != ref->second)
+    return "wave " + std::to_string(report.min_coresident_ctas) + " backward " +
+           std::to_string(report.waits_only_backward) + ", reference " + std::to_string(ref->first) + " " +
+           std::to_string(ref->second);
+  return "";
+}
+
+// The plan with each accumulator's rank order changed by `remap(rank, count)` (flags kept consistent): orders
+// that no planner makes, so the validator's general path decides them.
+template <typename Remap>
+dash::Plan reranked(dash::Plan plan, Remap remap) {
+  for (dash_visit& v : plan.visits) {
+    const int count = plan.dq_count[accumulator_of(plan, v)];
+    v.dq_rank = uint16_t(remap(int(v.dq_rank), count));
+    v.flags &= ~(DASH_VISIT_FIRST | DASH_VISIT_LAST);
+    v.flags |= (v.dq_rank == 0 ? DASH_VISIT_FIRST : 0) | (v.dq_rank == count - 1 ? DASH_VISIT_LAST : 0);
+  }
+  return plan;
+}
+
+struct MaskCase {
+  dash::Mask mask;
+  int left, right;
+};
+
+std::string describe(const dash::Problem& p, Planner planner, dash::GqaMode mode) {
+  std::ostringstream s;
+  s << p.describe() << ", " << dash::planner_name(planner) << ", " << dash::gqa_mode_name(mode);
+  return s.str();
+}
+
+// Every planner over seqlens around tile boundaries (and non-square pairs of them), the full and causal masks and
+// windows bounded on one side or both, both kernel head dims, and GQA groups of 1, 2 and 4 in both modes.
+void for_each_plan(const std::function<void(const dash::Plan&, const std::string&)>& check) {
+  const int seqlens[] = {1, 2, 63, 64, 65, 128, 300, 1000, 2048, 4100};
+  const MaskCase masks[] = {{dash::Mask::Full, -1, -1}, {dash::Mask::Causal, -1, -1}, {dash::Mask::Window, 128, 0},
+                            {dash::Mask::Window, 0, 256},  {dash::Mask::Window, 300, 50},  {dash::Mask::Window, -1, 64},
+                            {dash::Mask::Window, 64, -1}};
+  for (int sq : seqlens)
+    for (int sk : seqlens)
+      for (const MaskCase& m : masks)
+        for (int head_dim : {64, 128})
+          for (int group : {1, 2, 4})
+            for (dash::GqaMode mode : {dash::GqaMode::SplitHeads, dash::GqaMode::PackGroup}) {
+              dash::Problem p = dash::test::make_problem(sq, sk, m.mask, group, 1, 1, head_dim);
+              if (m.mask == dash::Mask::Window) p = dash::test::windowed(p, m.left, m.right);
+              for (Planner planner : dash::all_planners())
+                check(dash::build_unvalidated(p, planner, {}, mode, 1), describe(p, planner, mode));
+            }
+}
+
+TEST(PlanSpeedEquivalence, RanksAndCountsEqualTheSortingReference) {
+  for_each_plan([](const dash::Plan& plan, const std::string& name) {
+    EXPECT_EQ(rank_difference(plan), "") << name;
+  });
+}
+
+TEST(PlanSpeedEquivalence, ValidatorAgreesWithTheReferenceOnPlannerAndReorderedPlans) {
+  for_each_plan([](const dash::Plan& plan, const std::string& name) {
+    const auto report = dash::validate_plan(plan, 100000);
+    ASSERT_TRUE(report.ok) << name << ": " << report.reason;
+    EXPECT_EQ(wave_difference(plan), "") << name;
+    // dQ in the reverse order: for claim-ordered plans every wait points forward, one wave of all items.
+    EXPECT_EQ(wave_difference(reranked(plan, [](int r, int n) { return n - 1 - r; })), "") << name << ", reversed";
+    // The first contribution moved to the end: often a cycle.
+    EXPECT_EQ(wave_difference(reranked(plan, [](int r, int n) { return (r + n - 1) % n; })), "")
+        << name << ", rotated";
+  });
+}
+
+// ---- the validator's rejections on the plans of every planner (test_validator.cpp has the basic ones) ----
+
+dash::Plan plan_of(const dash::Problem& p, Planner planner, dash::GqaMode mode = dash::GqaMode::SplitHeads) {
+  return dash::build_unvalidated(p, planner, {64, 128}, mode, 1);
+}
+
+void expect_rejected(const dash::Plan& plan, const std::string& fragment, const std::string& name) {
+  const auto report = dash::validate_plan(plan, 100000);
+  EXPECT_FALSE(report.ok) << name << ": expected a rejection containing '" << fragment << "'";
+  EXPECT_NE(report.reason.find(fragment), std::string::npos) << name << ": " << report.reason;
+}
+
+// The FIRST / LAST flags recomputed from the ranks.
+dash::Plan with_flags_of_ranks(dash::Plan plan) {
+  return reranked(std::move(plan), [](int rank, int) { return rank; });
+}
+
+// The most visits an item holds.
+int longest_item(const dash::Plan& plan) {
+  int longest = 0;
+  for (const dash_item& item : plan.items) {
+    const dash_segment& first = plan.segments[item.first_segment];
+    const dash_segment& last = plan.segments[item.first_segment + item.num_segments - 1];
+    longest = std::max(longest, last.first_visit + last.num_visits - first.first_visit);
+  }
+  return longest;
+}
+
+// The visit of `kv_tile` on (head 0, `q_tile`).
+int visit_of(const dash::Plan& plan, int kv_tile, int q_tile) {
+  for (const dash_segment& seg : plan.segments)
+    if (seg.kv_tile == kv_tile)
+      for (int v = seg.first_visit; v < seg.first_visit + seg.num_visits; ++v)
+        if (plan.visits[v].q_tile == q_tile && plan.visits[v].head_in_unit == 0) return v;
+  return -1;
+}
+
+TEST(PlanSpeedEquivalence, RejectsADuplicatedRankInRange) {
+  for (Planner planner : dash::all_planners()) {
+    dash::Plan plan = plan_of(dash::test::make_problem(1000, 1000, dash::Mask::Full), planner);
+    for (dash_visit& v : plan.visits)
+      if (accumulator_of(plan, v) == 0 && v.dq_rank == 1) v.dq_rank = 0; // two rank-0 adds on dQ0, no rank 1
+    expect_rejected(with_flags_of_ranks(plan), "ranks are not", dash::planner_name(planner));
+  }
+}
+
+TEST(PlanSpeedEquivalence, RejectsADoubledOrMissingBlockInAPackedPlan) {
+  const dash::Problem p = dash::test::make_problem(640, 640, dash::Mask::Causal, 2, 1);
+  for (Planner planner : dash::all_planners()) {
+    // A head-1 visit of the first segment moved to head 0: head 0's block is visited twice.
+    dash::Plan plan = plan_of(p, planner, dash::GqaMode::PackGroup);
+    int v = plan.segments[0].first_visit;
+    while (plan.visits[v].head_in_unit != 1) ++v;
+    plan.visits[v].head_in_unit = 0;
+    expect_rejected(plan, "visited twice", dash::planner_name(planner));
+    // The last visit dropped, every table kept consistent with it: only coverage is violated.
+    plan = plan_of(p, planner, dash::GqaMode::PackGroup);
+    plan.dq_count[accumulator_of(plan, plan.visits.back())] -= 1;
+    plan.visits.pop_back();
+    plan.segments.back().num_visits -= 1;
+    plan.header.visits_per_unit -= 1;
+    plan.header.max_visits_per_item = longest_item(plan);
+    expect_rejected(plan, "never visited", dash::planner_name(planner));
+  }
+}
+
+TEST(PlanSpeedEquivalence, RejectsAMaskedBlockAndAWrongPartialFlagUnderAWindow) {
+  // Window of 200 keys back: KV tile k (128 keys) is seen by the 64-row Q tiles 2k .. 2k + 5 only.
+  const dash::Problem p = dash::test::windowed(dash::test::make_problem(2000, 2000, dash::Mask::Full), 200, 0);
+  for (Planner planner : dash::all_planners()) {
+    dash::Plan plan = plan_of(p, planner);
+    const int kv = plan.segments[0].kv_tile;
+    plan.visits[plan.segments[0].first_visit].q_tile = uint16_t(kv < 5 ? 2 * kv + 10 : 0);
+    expect_rejected(plan, "fully masked", dash::planner_name(planner));
+    plan = plan_of(p, planner);
+    plan.visits[plan.segments[0].first_visit].flags ^= DASH_VISIT_PARTIAL_MASK;
+    expect_rejected(plan, "partial-mask flag", dash::planner_name(planner));
+  }
+}
+
+TEST(PlanSpeedEquivalence, RejectsACycleInALockStepPlan) {
+  // Full-mask shift on 4 x 4 tiles: K0 visits q0, q1, q2, q3 and K1 visits q1, q2, q3, q0. With dQ0 taking K1
+  // before K0 and dQ1 taking K0 before K1, K0.q0 waits for K1.q0, which follows K1.q1 in K1, which waits for
+  // K0.q1, which follows K0.q0: a cycle, in ranks that are neither claim nor lock-step order.
+  dash::Plan plan = dash::build_unvalidated(dash::test::make_problem(512, 512, dash::Mask::Full), Planner::Shift,
+                                            {128, 128}, dash::GqaMode::SplitHeads, 1);
+  ASSERT_TRUE(dash::validate_plan(plan, 100000).ok);
+  const auto put_first = [&](int earlier, int later) {
+    if (plan.visits[earlier].dq_rank > plan.visits[later].dq_rank)
+      std::swap(plan.visits[earlier].dq_rank, plan.visits[later].dq_rank);
+  };
+  put_first(visit_of(plan, 1, 0), visit_of(plan, 0, 0));
+  put_first(visit_of(plan, 0, 1), visit_of(plan, 1, 1));
+  expect_rejected(with_flags_of_ranks(plan), "wait cycle", "shift");
+}
+
+// Timings at 128k tokens (no assertion: run with --gtest_also_run_disabled_tests to see them).
+TEST(PlanSpeedEquivalence, DISABLED_Timing128k) {
+  using Clock = std::chrono::steady_clock;
+  const auto ms = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  struct Case {
+    dash::Mask mask;
+    int group;
+    dash::GqaMode mode;
+  };
+  for (const Case& c : {Case{dash::Mask::Full, 1, dash::GqaMode::SplitHeads},
+                        Case{dash::Mask::Causal, 1, dash::GqaMode::SplitHeads},
+                        Case{dash::Mask::Causal, 4, dash::GqaMode::PackGroup}}) {
+    const dash::Problem p = dash::test::make_problem(131072, 131072, c.mask, c.group, 1);
+    for (Planner planner : dash::all_planners()) {
+      double build = 1e30, validate = 1e30;
+      for (int rep = 0; rep < 5; ++rep) {
+        auto t = Clock::now();
+        const dash::Plan plan = dash::build_unvalidated(p, planner, {}, c.mode, 100000);
+        build = std::min(build, ms(t));
+        t = Clock::now();
+        EXPECT_TRUE(dash::validate_plan(plan, 100000).ok);
+        validate = std::min(validate, ms(t));
+      }
+      std::printf("%-40s build %7.2f ms  validate %7.2f ms\n", describe(p, planner, c.mode).c_str(), build, validate);
+    }
+  }
+}
+
+} // namespace

@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: Apache-2.0
+// make_auto_table — generates src/core/auto_table.inc, the table `auto` reads (src/core/auto_table.cpp), by
+// simulating every (GQA mode, planner) candidate on a grid of sequence shapes with the calibrated H200 cost model
+// (dash/cost_model.hpp, docs/calibration.md). Run through scripts/make_auto_table.sh, which shards the grid over
+// the machine's cores and writes the file; `make_auto_table --check` compares the table in this build with fresh
+// simulations instead.
+//
+// How a row ranks its candidates (P = 132, the SMs of an H100 SXM / H200):
+//  1. Throughput: the makespan summed over canonical problems, one sequence with a range of head counts that spans
+//     a whole round of units (canonical_problems below), so that neither the batch nor the head count of a real
+//     call, nor the position of a round boundary, decides. This rule reproduced the fastest measured planner in
+//     the calibration runs (docs/calibration.md).
+//  2. A guard for small problems: a candidate more than kGuardRegret behind the best on the smallest realistic
+//     problem (one sequence, the fewest whole KV-head groups with at least 8 query heads) goes after every
+//     candidate within it. Without it, packed GQA units won on throughput while one sequence of 28/4 heads ran
+//     2x slower than split heads.
+//  3. Candidates whose wave exceeds P cannot run on this device and are left out (plan_for skips by wave anyway).
+// Rows longer than kLongestSimulated (one unit there is over a million visits) keep the order of the row at
+// kLongestSimulated with the same mask, head dim and group, less the candidates whose wave exceeds P at the longer
+// length: there every plan is throughput-bound and the simulated ratios have converged (docs/calibration.md), and
+// leaving out what cannot run spares plan_for from building a template only to skip it.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "dash/plan.hpp"
+#include "dash/simulator.hpp"
+
+namespace {
+
+using dash::Candidate;
+using dash::GqaMode;
+using dash::Mask;
+using dash::Plan;
+using dash::Planner;
+using dash::Problem;
+using dash::TileGrid;
+
+constexpr int32_t kCtas = 132;
+constexpr double kGuardRegret = 1.15;
+constexpr int32_t kLongestSimulated = 16384;
+
+// The problems the throughput score sums over: the row's sequence shape, mask, head dim and group, one sequence, and
+// a range of head counts. Planners with long items (symmetric shift pairs KV tiles) finish a round of units
+// together, so a single head count can land just before or just after a round boundary and decide by accident;
+// summing over head counts that span a whole round period compares steady-state throughput instead.
+std::vector<Problem> canonical_problems(const Problem& real, GqaMode mode, const TileGrid& grid, int32_t num_ctas) {
+  // KV tiles per CTA in the smallest canonical problem. Long enough that start-up effects that real problems
+  // amortise (ascending order on a full mask staggers the CTAs by one hand-off each before it runs freely)
+  // do not decide: with 2, auto chose shift where ascending measured up to 13% faster (docs/calibration.md).
+  constexpr int64_t kMinFills = 8;
+  constexpr int64_t kVisitBudget = int64_t(1) << 20; // all sizes together: about a second of simulation
+  constexpr int64_t kMaxSizes = 9;
+  const int64_t kv_tiles = std::max(1, grid.num_kv_tiles());
+  int64_t visits_per_unit = 0;
+  for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv) visits_per_unit += int64_t(grid.q_tiles_seen_by(kv).size());
+  visits_per_unit = std::max<int64_t>(1, visits_per_unit * (mode == GqaMode::PackGroup ? real.group_size() : 1));
+  // The fewest items per unit any planner makes (pairs of KV tiles) gives the longest round period.
+  const int64_t fewest_items = (kv_tiles + 1) / 2;
+  const int64_t period = (num_ctas + fewest_items - 1) / fewest_items;
+  int64_t first = std::max(period, (kMinFills * num_ctas + kv_tiles - 1) / kv_tiles);
+  first = std::max<int64_t>(1, std::min(first, kVisitBudget / (4 * visits_per_unit))); // huge P: stay affordable
+  const int64_t stride = std::max<int64_t>(1, (period + kMaxSizes - 2) / (kMaxSizes - 1));
+
+  std::vector<Problem> problems;
+  int64_t visits = 0;
+  for (int64_t units = first; units <= first + period && visits + units * visits_per_unit <= kVisitBudget;
+       units += stride) {
+    Problem p = real;
+    p.batch = 1;
+    const int32_t group = real.group_size();
+    p.heads_kv = int32_t(mode == GqaMode::PackGroup ? units : (units + group - 1) / group);
+    p.heads_q = p.heads_kv * group;
+    problems.push_back(p);
+    visits += units * visits_per_unit;
+  }
+  if (problems.empty()) { // one unit is over the budget: simulate a single one rather than nothing
+    Problem p = real;
+    p.batch = 1;
+    p.heads_q = real.group_size();
+    p.heads_kv = 1;
+    problems.push_back(p);
+  }
+  return problems;
+}
+
+struct Scored {
+  Candidate candidate;
+  double throughput = 0;  // summed makespan over the canonical problems
+  double small = 0;       // makespan on the guard problem
+};
+
+double makespan(const Problem& p, Candidate c, const dash::CostModel& cost, bool waits_only_backward) {
+  Plan plan = dash::build_unvalidated(p, c.planner, {}, c.mode, kCtas);
+  if (waits_only_backward) plan.header.flags |= DASH_PLAN_WAITS_ONLY_BACKWARD;
+  const dash::SimResult sim = dash::simulate(plan, kCtas, cost, {.record_spans = false, .critical_path = false});
+  if (sim.deadlocked) return std::numeric_limits<double>::infinity();
+  return sim.makespan;
+}
+
+// The ranking of one row: "mode/planner ..." best first.
+std::string rank_row(const Problem& shape) {
+  const dash::TileShape tiles = dash::default_backward_tiles(shape.head_dim);
+  const TileGrid grid(shape, tiles);
+  const int32_t group = shape.group_size();
+  const dash::CostModel cost = dash::CostModel::for_problem(shape, tiles);
+  std::vector<GqaMode> modes = {GqaMode::SplitHeads};
+  if (group > 1) modes.push_back(GqaMode::PackGroup);
+  // Both modes are simulated on the same problems (whole KV-head groups), so their sums compare equal work.
+  const std::vector<Problem> canonical = canonical_problems(shape, modes.back(), grid, kCtas);
+  Problem guard = shape;
+  guard.batch = 1;
+  guard.heads_kv = (8 + group - 1) / group;
+  guard.heads_q = guard.heads_kv * group;
+
+  std::vector<Scored> scored;
+  for (GqaMode mode : modes) {
+    for (Planner planner : dash::all_planners()) {
+      const Candidate c{mode, planner};
+      const Plan unit = dash::build_unvalidated(shape, planner, tiles, mode, kCtas);
+      const dash::ValidationReport report = dash::validate_plan(unit, kCtas);
+      if (!report.ok) continue;  // its wave exceeds P
+      Scored s{c, 0, 0};
+      for (const Problem& p : canonical) s.throughput += makespan(p, c, cost, report.waits_only_backward);
+      s.small = makespan(guard, c, cost, report.waits_only_backward);
+      scored.push_back(s);
+    }
+  }
+  double best_small = std::numeric_limits<double>::infinity();
+  for (const Scored& s : scored) best_small = std::min(best_small, s.small);
+  auto within_guard = [&](const Scored& s) { return s.small <= kGuardRegret * best_small; };
+  std::stable_sort(scored.begin(), scored.end(), [&](const Scored& a, const Scored& b) {
+    if (within_guard(a) != within_guard(b)) return within_guard(a);
+    return within_guard(a) ? a.throughput < b.throughput : a.small < b.small;
+  });
+  std::string out;
+  for (const Scored& s : scored)
+    out += std::string(out.empty() ? "" : " ") + dash::gqa_mode_name(s.candidate.mode) + "/" +
+           dash::planner_name(s.candidate.planner);
+  return out;
+}
+
+// The long rows: the kLongestSimulated row's order, less the candidates whose wave exceeds P at this length.
+std::string extrapolate_row(const Problem& shape) {
+  Problem simulated = shape;
+  simulated.seqlen_q = simulated.seqlen_k = kLongestSimulated;
+  static std::map<std::tuple<int, int, int>, std::string> simulated_rows;  // one per mask, head dim and group
+  const auto key = std::tuple{int(shape.mask), shape.head_dim, shape.group_size()};
+  if (!simulated_rows.count(key)) simulated_rows[key] = rank_row(simulated);
+  std::istringstream words(simulated_rows[key]);
+  std::string out;
+  for (std::string word; words >> word;) {
+    const GqaMode mode = word.rfind("pack/", 0) == 0 ? GqaMode::PackGroup : GqaMode::SplitHeads;
+    const Planner planner = dash::Schedule::parse(word.substr(word.find('/') + 1)).planner;
+    const Plan unit = dash::build_unvalidated(shape, planner, {}, mode, kCtas);
+    if (!dash::validate_plan(unit, kCtas).ok) continue;
+    out += (out.empty() ? "" : " ") + word;
+  }
+  return out;
+}
+
+Problem row_problem(Mask mask, int32_t head_dim, int32_t group, int32_t seqlen_q, int32_t seqlen_k) {
+  Problem p;
+  p.batch = 1;
+  p.heads_kv = 1;
+  p.heads_q = group;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.head_dim = head_dim;
+  p.mask = mask;
+  return p;
+}
+
+// The grid: both masks, the kernels' head dims, groups 1-8, sequence lengths 64-16384 tokens with seqlen_q /
+// seqlen_k within a factor of 4, then 32768-131072 tokens with seqlen_q = seqlen_k (extrapolated, above). Longer
+// sequences take the 131072 rows, and plan_for still skips a candidate whose wave does not fit. The long rows come
+// last so that adding them kept the indices (and shards) of the others.
+std::vector<Problem> grid_shapes() {
+  std::vector<Problem> shapes;
+  const std::vector<int32_t> lengths = {64, 128, 256, 512, 1024, 2048, 4096, 8192, kLongestSimulated};
+  for (Mask mask : {Mask::Full, Mask::Causal})
+    for (int32_t head_dim : dash::kernel_head_dims())
+      for (int32_t group : {1, 2, 4, 8})
+        for (size_t iq = 0; iq < lengths.size(); ++iq)
+          for (size_t ik = 0; ik < lengths.size(); ++ik)
+            if (std::abs(int(iq) - int(ik)) <= 2)
+              shapes.push_back(row_problem(mask, head_dim, group, lengths[iq], lengths[ik]));
+  for (Mask mask : {Mask::Full, Mask::Causal})
+    for (int32_t head_dim : dash::kernel_head_dims())
+      for (int32_t group : {1, 2, 4, 8})
+        for (int32_t length : {32768, 65536, 131072}) shapes.push_back(row_problem(mask, head_dim, group, length, length));
+  return shapes;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int shard = 0, shards = 1, min_seqlen = 0;
+  bool check = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--shard" && i + 1 < argc) {
+      if (std::sscanf(argv[++i], "%d/%d", &shard, &shards) != 2 || shards < 1 || shard < 0 || shard >= shards) {
+        std::cerr << "--shard: expected I/N with 0 <= I < N\n";
+        return 2;
+      }
+    } else if (a == "--check") {
+      check = true;
+    } else if (a == "--min-seqlen" && i + 1 < argc) {
+      min_seqlen = std::atoi(argv[++i]);
+    } else {
+      std::cerr << "usage: make_auto_table [--shard I/N] [--check] [--min-seqlen N]\n"
+                   "  prints the table rows of shard I of N (scripts/make_auto_table.sh assembles the file);\n"
+                   "  --check re-simulates the rows and compares them with auto_candidates() of this build;\n"
+                   "  --min-seqlen: only the rows with seqlen_q >= N\n";
+      return 2;
+    }
+  }
+  const std::vector<Problem> shapes = grid_shapes();
+  int differ = 0, rows = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    if (int(i % size_t(shards)) != shard) continue;
+    const Problem& p = shapes[i];
+    if (p.seqlen_q < min_seqlen) continue;
+    const std::string ranking = p.seqlen_q > kLongestSimulated ? extrapolate_row(p) : rank_row(p);
+    ++rows;
+    if (check) {
+      std::string table;
+      for (const Candidate& c : dash::auto_candidates(p, {}))
+        table += std::string(table.empty() ? "" : " ") + dash::gqa_mode_name(c.mode) + "/" + dash::planner_name(c.planner);
+      const std::string first_fresh = ranking.substr(0, ranking.find(' '));
+      const std::string first_table = table.substr(0, table.find(' '));
+      if (first_fresh != first_table) {
+        ++differ;
+        std::cout << "DIFFER " << p.describe() << ": table " << first_table << ", simulated " << first_fresh << "\n";
+      }
+      continue;
+    }
+    std::cout << i << "\t  {" << int(p.mask) << ", " << p.head_dim << ", " << p.group_size() << ", " << p.seqlen_q << ", "
+              << p.seqlen_k << ", \"" << ranking << "\"}," << std::endl;
+    std::cerr << "row " << i << "/" << shapes.size() << " done\n";
+  }
+  if (check) {
+    std::cout << rows << " rows checked, " << differ << " first choices differ\n";
+    return differ == 0 ? 0 : 1;
+  }
+  return 0;
+}
