@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # gpu_correctness.sh — one device call for correctness: the Python GPU suites (shape sweep, semantics, the CUDA
-# tests), the kernels' GoogleTest suites, compute-sanitizer memcheck over the sweep's memcheck sample and racecheck
+# tests, plans in production: CTA counts and sm_margin), the kernels' GoogleTest suites, compute-sanitizer memcheck over the sweep's memcheck sample and racecheck
 # on two small backward cases, and optionally the 1M-token test. Logs go to $OUT (or out/); the last lines printed are a summary.
 #
 #   scripts/gpu_correctness.sh [--build-dir DIR] [--long] [--no-sanitize] [--no-gtest] [--sweep sample|full]
@@ -49,6 +49,7 @@ cd "$root/python"
 step single-key 120 python3 "$root/scripts/single_key_gradients.py" --out "$out/single-key-gradients.jsonl"
 step sweep-cuda 300 python3 -m pytest -q -rs --durations=5 tests/test_shape_sweep.py -k cuda --sweep "$sweep"
 step semantics 200 python3 -m pytest -q -rs tests/test_semantics.py tests/test_torch_cuda.py
+step production 300 python3 -m pytest -q -rs --durations=3 tests/test_plans_in_production.py
 if [ "$long" = 1 ]; then
   step long-1m 300 python3 -m pytest -q -rs --durations=3 tests/test_semantics.py -k million --long
 fi
