@@ -6,8 +6,8 @@
 #   scripts/gpu_bwd_check.sh [--build-dir DIR] [--no-build] [--bench quick|full|none] [--busy-ms N]
 #                            [--sanitize yes|no] [--tests FILTER] [--torch yes|no]
 #
-# One small test per head dim runs first under a short timeout: a hang (which the kernel's watchdog turns
-# into an error after ~17 s) costs a minute, not five, and is then located with memcheck.
+# One small test per head dim runs first under a short timeout: a hang costs a minute, not five (the kernel's
+# watchdog ends a wait only after ~9 minutes), and is then located with memcheck.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="${OUT:-$root/out}"

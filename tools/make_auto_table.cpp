@@ -10,8 +10,8 @@
 //     a whole round of units (canonical_problems below), so that neither the batch nor the head count of a real
 //     call, nor the position of a round boundary, decides. This rule reproduced the fastest measured planner in
 //     the calibration runs (docs/calibration.md).
-//  2. A guard for small problems: a candidate more than kGuardRegret behind the best on the smallest realistic
-//     problem (one sequence, the fewest whole KV-head groups with at least 8 query heads) goes after every
+//  2. A guard for small problems: a candidate more than kGuardRegret behind the best on a small realistic problem
+//     (one sequence, the fewest whole KV-head groups with at least kGuardHeads query heads) goes after every
 //     candidate within it. Without it, packed GQA units won on throughput while one sequence of 28/4 heads ran
 //     2x slower than split heads.
 //  3. Candidates whose wave exceeds P cannot run on this device and are left out (plan_for skips by wave anyway).
@@ -46,6 +46,7 @@ using dash::TileGrid;
 
 constexpr int32_t kCtas = 132;
 constexpr double kGuardRegret = 1.15;
+constexpr int32_t kGuardHeads = 32;  // a 32-head model on one sequence (28/4, 32/8, 64/8 with tensor parallel 2)
 constexpr int32_t kLongestSimulated = 16384;
 
 // The problems the throughput score sums over: the row's sequence shape, mask, head dim and group, one sequence, and
@@ -118,7 +119,7 @@ std::string rank_row(const Problem& shape) {
   const std::vector<Problem> canonical = canonical_problems(shape, modes.back(), grid, kCtas);
   Problem guard = shape;
   guard.batch = 1;
-  guard.heads_kv = (8 + group - 1) / group;
+  guard.heads_kv = (kGuardHeads + group - 1) / group;
   guard.heads_q = guard.heads_kv * group;
 
   std::vector<Scored> scored;

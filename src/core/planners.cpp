@@ -11,8 +11,12 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <exception>
+#include <functional>
 #include <numeric>
 #include <string>
+#include <system_error>
+#include <thread>
 
 #include "dash/plan.hpp"
 
@@ -37,6 +41,87 @@ const std::vector<Planner>& all_planners() {
 const char* gqa_mode_name(GqaMode mode) {
   return mode == GqaMode::PackGroup ? "pack" : mode == GqaMode::Auto ? "auto" : "split";
 }
+
+// ---- Threads for large templates (also used by validate.cpp, which declares these) ----
+// A 128k-token unit holds 1-8M visits: 10-40 ms of building and validating on one core, where a new shape's first
+// call should take a few. The visits split into independent parts (by segment, or by lock-step position), so
+// both build and validation spread over up to kMaxThreads threads. Starting a thread costs 20-50 us, so small
+// templates stay on the caller's thread, and each thread gets at least kVisitsPerThread visits (about 0.3 ms of
+// work). The output never depends on the thread count: every part computes exactly what the one-thread walk
+// computes for its range, starting from counts derived from everything before it.
+namespace detail {
+namespace {
+constexpr int kMaxThreads = 8;
+constexpr int64_t kVisitsPerThread = int64_t(1) << 17; // so threads start at 2^18 visits
+std::atomic<int> g_forced_threads{0};
+} // namespace
+
+// For tests and measurements: n >= 1 uses exactly n threads for every template, however small; 0 chooses.
+void set_planner_threads(int n) { g_forced_threads.store(std::max(n, 0), std::memory_order_relaxed); }
+
+int planner_threads(int64_t visits) {
+  if (const int forced = g_forced_threads.load(std::memory_order_relaxed)) return forced;
+  static const int hardware = std::clamp(int(std::thread::hardware_concurrency()), 1, kMaxThreads);
+  return int(std::clamp<int64_t>(visits / kVisitsPerThread, 1, hardware));
+}
+
+void run_parallel(int parts, const std::function<void(int)>& part) {
+  if (parts <= 1) {
+    part(0);
+    return;
+  }
+  std::vector<std::exception_ptr> error(parts);
+  const auto guarded = [&](int k) {
+    try {
+      part(k);
+    } catch (...) {
+      error[k] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  int spawned = 1;
+  try {
+    for (; spawned < parts; ++spawned) threads.emplace_back(guarded, spawned);
+  } catch (const std::system_error&) {
+    // No more threads to be had: the parts are independent, so the rest run here.
+  }
+  guarded(0);
+  for (int k = spawned; k < parts; ++k) guarded(k);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : error)
+    if (e) std::rethrow_exception(e);
+}
+
+int32_t first_segment_of_part(const std::vector<dash_segment>& segments, int64_t visits, int part, int parts) {
+  if (part >= parts) return int32_t(segments.size());
+  const int64_t target = visits * part / parts;
+  return int32_t(std::lower_bound(segments.begin(), segments.end(), target,
+                                  [](const dash_segment& s, int64_t v) { return s.first_visit < v; }) -
+                 segments.begin());
+}
+
+int32_t first_position_of_part(const std::vector<int32_t>& lengths, int part, int parts) {
+  int64_t total = 0;
+  int32_t longest = 0;
+  for (int32_t len : lengths) {
+    total += len;
+    longest = std::max(longest, len);
+  }
+  if (part >= parts) return longest;
+  // The visits at positions below p number sum(min(length, p)), non-decreasing in p: bisect for the part's share.
+  const int64_t target = total * part / parts;
+  int32_t lo = 0, hi = longest;
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    int64_t below = 0;
+    for (int32_t len : lengths) below += std::min(len, mid);
+    if (below >= target) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+} // namespace detail
 
 namespace {
 
@@ -161,6 +246,32 @@ TemplateDraft plan_descending(const UnitRows& rows) {
   return t;
 }
 
+// The items of a lock-step plan need all of their unit's items running at once (the unit is its wave,
+// docs/DEADLOCK.md). When other kernels hold some SMs and R of the P CTAs run, about floor(R / W) units of W items
+// advance together and the CTAs left over hold items that wait for the rest of their unit: with one item per KV
+// tile (W = 64 at 8k tokens) the simulator and the H200 both showed a 1.8x slowdown with 8 of 132 SMs held. So a
+// unit has at most kMaxLockstepItems items: item j takes the KV tiles (shift) or pairs (symmetric shift) j, j + I,
+// j + 2I, ... of the unit's I items, one segment after another. Every item is then in its k-th segment at the same
+// steps, with rotation offsets again pairwise distinct, so each segment keeps the lock-step properties of the
+// published construction. 16 gave the lowest simulated undisturbed makespan of 8-32 on the protocol's 8k shapes
+// (3-8% below unchunked) and 1.25x instead of 1.3-1.8x with 8 of 132 SMs held (docs/benchmarks.md).
+constexpr size_t kMaxLockstepItems = 16;
+
+void chunk_lockstep_items(TemplateDraft& t, const char* unit_of_item) {
+  if (t.items.size() <= kMaxLockstepItems) return;
+  const size_t per_item = (t.items.size() + kMaxLockstepItems - 1) / kMaxLockstepItems;
+  std::vector<ItemDraft> chunked(kMaxLockstepItems);
+  for (size_t i = 0; i < t.items.size(); ++i) {
+    auto& segments = chunked[i % kMaxLockstepItems].segments;
+    segments.insert(segments.end(), t.items[i].segments.begin(), t.items[i].segments.end());
+  }
+  t.items = std::move(chunked);
+  t.generalised = true;
+  t.note += std::string(t.note.empty() ? "" : "; ") + "up to " + std::to_string(per_item) + " " + unit_of_item +
+            " per item, so that a unit has at most " + std::to_string(kMaxLockstepItems) +
+            " items in lock-step (its wave)";
+}
+
 TemplateDraft plan_shift(const UnitRows& rows, Mask mask) {
   // KV tile n starts at its n-th row and wraps. With the full mask and at least as many Q tiles as KV
   // tiles, the items touch pairwise distinct dQ tiles at every lock-step, so no contribution ever waits.
@@ -179,6 +290,7 @@ TemplateDraft plan_shift(const UnitRows& rows, Mask mask) {
     t.generalised = true;
     t.note = "fewer Q tiles than KV tiles: KV tiles n and n + #Q collide at every lock-step";
   }
+  chunk_lockstep_items(t, "KV tiles");
   return t;
 }
 
@@ -229,16 +341,38 @@ TemplateDraft plan_symmetric_shift(const UnitRows& rows, Mask mask) {
     t.generalised = true;
     t.note = "odd number of KV tiles: the middle tile forms an item of its own";
   }
+  chunk_lockstep_items(t, "pairs");
   return t;
 }
 
+// Counts contributions per accumulator from runs: each adds one to a range of accumulators, counted as
+// differences and summed at the end. add_run(r, k) counts the first k visits of r.
+class ContributionCounter {
+ public:
+  ContributionCounter(size_t accumulators, int32_t num_q) : added_(accumulators + 1, 0), num_q_(num_q) {}
+  void add_run(const Run& r, int32_t k) {
+    const size_t lowest = size_t(r.head) * num_q_ + (r.descending ? r.q_first - k + 1 : r.q_first);
+    ++added_[lowest];
+    --added_[lowest + k];
+  }
+  std::vector<uint16_t> counts() const {
+    std::vector<uint16_t> c(added_.size() - 1);
+    int32_t running = 0;
+    for (size_t a = 0; a < c.size(); ++a) c[a] = uint16_t(running += added_[a]);
+    return c;
+  }
+
+ private:
+  std::vector<int32_t> added_;
+  int32_t num_q_;
+};
+
 // Lays out the tables: items and segments in claim order with their visit ranges, each accumulator's number
-// of contributions, and the longest item; the visit table is reserved, still empty.
-void lay_out(const TemplateDraft& draft, int32_t num_q, int32_t heads_per_unit, Plan& plan) {
+// of contributions, and the longest item. Returns the number of visits.
+int32_t lay_out(const TemplateDraft& draft, int32_t num_q, int32_t heads_per_unit, Plan& plan) {
   plan.items.clear();
   plan.segments.clear();
-  // Each run adds one contribution to a range of accumulators: count them as differences, then sum.
-  std::vector<int32_t> added(size_t(heads_per_unit) * num_q + 1, 0);
+  ContributionCounter contributions(size_t(heads_per_unit) * num_q, num_q);
   int32_t next_visit = 0, max_visits = 0;
   for (const ItemDraft& item : draft.items) {
     plan.items.push_back({int32_t(plan.segments.size()), int32_t(item.segments.size())});
@@ -246,9 +380,7 @@ void lay_out(const TemplateDraft& draft, int32_t num_q, int32_t heads_per_unit, 
     for (const SegmentDraft& seg : item.segments) {
       int32_t count = 0;
       for (const Run& r : seg.order) {
-        const size_t lowest = size_t(r.head) * num_q + (r.descending ? r.q_first - r.count + 1 : r.q_first);
-        ++added[lowest];
-        --added[lowest + r.count];
+        contributions.add_run(r, r.count);
         count += r.count;
       }
       plan.segments.push_back({seg.rows.kv_tile, next_visit, count, 0});
@@ -256,19 +388,17 @@ void lay_out(const TemplateDraft& draft, int32_t num_q, int32_t heads_per_unit, 
     }
     max_visits = std::max(max_visits, next_visit - item_begin);
   }
-  plan.dq_count.resize(added.size() - 1);
-  int32_t running = 0;
-  for (size_t a = 0; a < plan.dq_count.size(); ++a) plan.dq_count[a] = uint16_t(running += added[a]);
-  plan.visits.clear();
-  plan.visits.reserve(size_t(next_visit));
+  plan.dq_count = contributions.counts();
   plan.header.max_visits_per_item = max_visits;
+  return next_visit;
 }
 
-// Hands out each accumulator's ranks 0, 1, ... in the order its visits are passed, with the FIRST / LAST flags.
+// Hands out each accumulator's ranks in the order its visits are passed, with the FIRST / LAST flags, counting
+// from `start` (the contributions that come earlier in the order, handed out by other threads).
 class RankCounter {
  public:
-  RankCounter(const Plan& plan, int32_t num_q)
-      : count_(plan.dq_count.data()), next_(plan.dq_count.size(), 0), num_q_(num_q) {}
+  RankCounter(const Plan& plan, int32_t num_q, std::vector<uint16_t> start)
+      : count_(plan.dq_count.data()), next_(std::move(start)), num_q_(num_q) {}
   dash_visit ranked(dash_visit vis) {
     const size_t a = size_t(vis.head_in_unit) * num_q_ + vis.q_tile;
     const int32_t r = next_[a]++;
@@ -283,14 +413,9 @@ class RankCounter {
   int32_t num_q_;
 };
 
-// Appends the segment's visits in its order, each passed through `rank` (which may leave it unranked).
+// Writes the segment's visits in its order from `out` on, each passed through `rank` (which may leave it unranked).
 template <typename Rank>
-void append_visits(const SegmentDraft& seg, std::vector<dash_visit>& visits, Rank&& rank) {
-  const size_t first = visits.size();
-  int32_t count = 0;
-  for (const Run& r : seg.order) count += r.count;
-  visits.resize(first + count); // within the reserve: no reallocation, and the zeroing happens in cache
-  dash_visit* out = visits.data() + first;
+void write_visits(const SegmentDraft& seg, dash_visit* out, Rank&& rank) {
   const int32_t full_begin = seg.rows.full_begin, full_end = seg.rows.full_end;
   for (const Run& r : seg.order) {
     const int32_t step = r.descending ? -1 : 1;
@@ -303,21 +428,23 @@ void append_visits(const SegmentDraft& seg, std::vector<dash_visit>& visits, Ran
 }
 
 // Lock-step arrival: the visit at position p of item i arrives at time (p, i), and ranks are handed out in that
-// order. Consecutive arrivals lie an item apart in the visit table (items of equal length a power of two bytes
-// apart, so that a direct walk thrashes a few cache sets): the walk copies the next kChunk visits of every item
-// still running into one buffer, ranks them there step by step, and copies them back.
-void rank_by_arrival(Plan& plan, RankCounter& ranks) {
+// order; this ranks positions [from, to) of every item. Consecutive arrivals lie an item apart in the visit table
+// (items of equal length a power of two bytes apart, so that a direct walk thrashes a few cache sets): the walk
+// copies the next kChunk visits of every item still running into one buffer, ranks them there step by step, and
+// copies them back.
+void rank_by_arrival(Plan& plan, RankCounter& ranks, int32_t from, int32_t to) {
   constexpr int32_t kChunk = 32;
-  std::vector<int32_t> begin, length; // of the items still running, in claim order
+  std::vector<int32_t> begin, length; // of the items still running, in claim order; lengths cut at `to`
   for (const dash_item& item : plan.items) {
     const dash_segment& first = plan.segments[item.first_segment];
     const dash_segment& last = plan.segments[item.first_segment + item.num_segments - 1];
-    if (last.first_visit + last.num_visits == first.first_visit) continue;
+    const int32_t item_length = last.first_visit + last.num_visits - first.first_visit;
+    if (item_length <= from) continue;
     begin.push_back(first.first_visit);
-    length.push_back(last.first_visit + last.num_visits - first.first_visit);
+    length.push_back(std::min(item_length, to));
   }
   std::vector<dash_visit> buffer(begin.size() * kChunk);
-  for (int32_t base = 0; !begin.empty(); base += kChunk) {
+  for (int32_t base = from; !begin.empty(); base += kChunk) {
     const size_t running = begin.size();
     for (size_t k = 0; k < running; ++k)
       std::copy_n(&plan.visits[begin[k] + base], std::min(kChunk, length[k] - base), &buffer[k * kChunk]);
@@ -337,15 +464,75 @@ void rank_by_arrival(Plan& plan, RankCounter& ranks) {
   }
 }
 
-// Fills the plan's tables and assigns every visit its rank in its accumulator's order.
+// Fills the plan's tables and assigns every visit its rank in its accumulator's order. With several threads,
+// each writes (and, in claim order, ranks) a run of whole segments, then each ranks a range of lock-step
+// positions; a part's counters start at what the runs before it contribute, so every rank is the one-thread one.
 void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per_unit, Plan& plan) {
-  lay_out(draft, grid.num_q_tiles(), heads_per_unit, plan);
-  RankCounter ranks(plan, grid.num_q_tiles());
-  const bool claim_order = draft.rank_rule == RankRule::ClaimOrder;
+  const int32_t num_q = grid.num_q_tiles();
+  const int32_t total = lay_out(draft, num_q, heads_per_unit, plan);
+  const size_t accumulators = plan.dq_count.size();
+  std::vector<const SegmentDraft*> drafts; // table order
   for (const ItemDraft& item : draft.items)
-    for (const SegmentDraft& seg : item.segments)
-      append_visits(seg, plan.visits, [&](dash_visit v) { return claim_order ? ranks.ranked(v) : v; });
-  if (!claim_order) rank_by_arrival(plan, ranks);
+    for (const SegmentDraft& seg : item.segments) drafts.push_back(&seg);
+  const int threads = detail::planner_threads(total);
+
+  // A vector cannot grow without writing every element, so resize() fills the table once, alone. Faulting its
+  // fresh pages in costs as much again, and that part the threads share: each writes a byte to every page of
+  // its share of the reserved (still unconstructed) storage first.
+  plan.visits.clear();
+  plan.visits.reserve(size_t(total));
+  if (threads > 1) {
+    constexpr size_t kPage = 4096;
+    char* bytes = reinterpret_cast<char*>(plan.visits.data());
+    const size_t size = size_t(total) * sizeof(dash_visit);
+    detail::run_parallel(threads, [&](int part) {
+      for (size_t b = size * part / threads / kPage * kPage; b < size * (part + 1) / threads; b += kPage) bytes[b] = 0;
+    });
+  }
+  plan.visits.resize(size_t(total));
+
+  const bool claim_order = draft.rank_rule == RankRule::ClaimOrder;
+  detail::run_parallel(threads, [&](int part) {
+    const int32_t first = detail::first_segment_of_part(plan.segments, total, part, threads);
+    const int32_t end = detail::first_segment_of_part(plan.segments, total, part + 1, threads);
+    if (!claim_order) {
+      for (int32_t s = first; s < end; ++s)
+        write_visits(*drafts[s], plan.visits.data() + plan.segments[s].first_visit, [](dash_visit v) { return v; });
+      return;
+    }
+    ContributionCounter before(accumulators, num_q);
+    for (int32_t s = 0; s < first; ++s)
+      for (const Run& r : drafts[s]->order) before.add_run(r, r.count);
+    RankCounter ranks(plan, num_q, before.counts());
+    for (int32_t s = first; s < end; ++s)
+      write_visits(*drafts[s], plan.visits.data() + plan.segments[s].first_visit,
+                   [&](dash_visit v) { return ranks.ranked(v); });
+  });
+  if (claim_order) return;
+
+  std::vector<int32_t> lengths; // per item
+  for (const dash_item& item : plan.items) {
+    const dash_segment& last = plan.segments[item.first_segment + item.num_segments - 1];
+    lengths.push_back(last.first_visit + last.num_visits - plan.segments[item.first_segment].first_visit);
+  }
+  detail::run_parallel(threads, [&](int part) {
+    const int32_t from = detail::first_position_of_part(lengths, part, threads);
+    const int32_t to = detail::first_position_of_part(lengths, part + 1, threads);
+    if (from >= to) return;
+    // The arrivals before `from`: the first `from` visits of every item.
+    ContributionCounter before(accumulators, num_q);
+    for (const ItemDraft& item : draft.items) {
+      int32_t left = from;
+      for (const SegmentDraft& seg : item.segments)
+        for (const Run& r : seg.order) {
+          const int32_t k = std::min(left, r.count);
+          if (k > 0) before.add_run(r, k);
+          left -= k;
+        }
+    }
+    RankCounter ranks(plan, num_q, before.counts());
+    rank_by_arrival(plan, ranks, from, to);
+  });
 }
 
 std::atomic<int64_t> g_planner_runs{0};

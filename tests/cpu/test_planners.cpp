@@ -130,12 +130,19 @@ TEST(Planners, AscendingAndDescendingNeedNoCoResidency) {
     }
 }
 
-TEST(Planners, ShiftNeedsTheWholeHeadCoResidentAndSaysSo) {
-  // 128 KV tiles per head (16k, 128-row tiles): shift's wave is the whole head.
+TEST(Planners, LockstepPlansNeedTheirWaveCoResidentAndSaySo) {
+  // 128 KV tiles per head (16k, 128-row tiles): shift runs 8 KV tiles per item and symmetric shift 4 pairs, so that a
+  // unit has 16 items in lock-step, and its wave is the unit's 16 items.
   const auto p = make_problem(16384, 16384, dash::Mask::Full, 16, 16);
-  EXPECT_EQ(named(p, Planner::Shift, {128, 128}, 132).header.min_coresident_ctas, 128);
+  for (Planner planner : {Planner::Shift, Planner::SymmetricShift}) {
+    const dash::Plan plan = named(p, planner, {128, 128}, 132);
+    EXPECT_EQ(plan.header.items_per_unit, 16) << dash::planner_name(planner);
+    EXPECT_EQ(plan.header.min_coresident_ctas, 16) << dash::planner_name(planner);
+    EXPECT_NE(plan.note.find("per item"), std::string::npos) << plan.note;
+    EXPECT_TRUE(plan.header.flags & DASH_PLAN_GENERALISED);
+  }
   const bool table_prefers_shift = dash::auto_candidates(p, {128, 128}).front().planner == Planner::Shift;
-  for (int ctas : {114, 108, 78}) {
+  for (int ctas : {15, 12, 8}) {
     EXPECT_THROW(named(p, Planner::Shift, {128, 128}, ctas), dash::Error) << ctas;
     const dash::Plan autoplan = dash::build_plan({p, dash::Schedule::parse("auto"), ctas, {128, 128}, {}, nullptr});
     EXPECT_NE(autoplan.planner(), Planner::Shift);
