@@ -93,3 +93,32 @@ def test_plan_create_refuses_more_ctas_than_sms_and_reports_autos_choice():
     plan = _abi.DevicePlan(problem, "auto", 0, _abi.DASH_GQA_AUTO)
     assert "chose" in plan.note
     assert plan.header_field("num_ctas") == sms
+
+
+# Lock-step units of more than 16 items give an item several KV tiles (shift) or pairs (symmetric shift): long
+# items with many segments. They must be as accurate as any plan (float64 reference, the sweep's rule) and
+# deterministic. 4500 tokens: 36 KV tiles of 128 (shift: 3 per item; symmetric shift: 18 pairs, 2 per item, and the
+# odd middle tile).
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if HAVE_CUDA else []))
+@pytest.mark.parametrize("schedule", ["shift", "symmetric-shift"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_chunked_lockstep_plans_match_float64(device, schedule, causal):
+    import math
+    from attention_reference import check_against_reference
+    seqlen, hdim = (4500, 128) if device == "cuda" else (2300, 64)  # CPU: 18 KV tiles of 128 (2 per shift item)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    q, k, v, dout = inputs(device, 1, seqlen, 4, 2, hdim, dtype)
+    problem = _torch_ops._problem(q, k, causal)
+    plan = (_abi.DevicePlan(problem, schedule, 0, _abi.DASH_GQA_SPLIT_HEADS) if device == "cuda" else None)
+    if plan is not None:
+        assert plan.header_field("items_per_unit") == 16 and "per item" in plan.note, plan.note
+    results = []
+    for _ in range(2):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        out = dash_attn.attention(*leaves, causal=causal, schedule=schedule)
+        out.backward(dout)
+        results.append([out.detach()] + [t.grad for t in leaves])
+    check_against_reference(results[0], q, k, v, dout, causal, 1 / math.sqrt(hdim), dtype,
+                            label=f"{device} {schedule} causal={causal} {seqlen}")
+    for name, a, b in zip(("out", "dq", "dk", "dv"), *results):
+        assert torch.equal(a, b), f"{schedule}: {name} differs between two deterministic runs"
