@@ -21,7 +21,7 @@ while [ $# -gt 0 ]; do
 done
 commit="${DASH_COMMIT:-unknown}"
 export DASH_ATTN_LIBRARY="$build/libdash_attn.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1
-for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib "$build"; do  # $build: a carried build's libdash_attn.so
   [ -d "$dir" ] && export LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}"
 done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee "$out/gpu.txt"

@@ -10,10 +10,11 @@
 //     a whole round of units (canonical_problems below), so that neither the batch nor the head count of a real
 //     call, nor the position of a round boundary, decides. This rule reproduced the fastest measured planner in
 //     the calibration runs (docs/calibration.md).
-//  2. A guard for small problems: a candidate more than kGuardRegret behind the best on a small realistic problem
-//     (one sequence, the fewest whole KV-head groups with at least kGuardHeads query heads) goes after every
-//     candidate within it. Without it, packed GQA units won on throughput while one sequence of 28/4 heads ran
-//     2x slower than split heads.
+//  2. A guard for packed GQA units: a pack-mode candidate more than kGuardRegret behind the split-heads candidate of
+//     the same planner on a small realistic problem (one sequence, the fewest whole KV-head groups with at least
+//     kGuardHeads query heads) goes after every other candidate. Packed units are group-size times fewer and
+//     longer; without the guard they won on throughput while one sequence of 28/4 heads ran 2x slower than split
+//     heads.
 //  3. Candidates whose wave exceeds P cannot run on this device and are left out (plan_for skips by wave anyway).
 // Rows longer than kLongestSimulated (one unit there is over a million visits) keep the order of the row at
 // kLongestSimulated with the same mask, head dim and group, less the candidates whose wave exceeds P at the longer
@@ -53,7 +54,8 @@ constexpr int32_t kLongestSimulated = 16384;
 // a range of head counts. Planners with long items (symmetric shift pairs KV tiles) finish a round of units
 // together, so a single head count can land just before or just after a round boundary and decide by accident;
 // summing over head counts that span a whole round period compares steady-state throughput instead.
-std::vector<Problem> canonical_problems(const Problem& real, GqaMode mode, const TileGrid& grid, int32_t num_ctas) {
+std::vector<Problem> canonical_problems(const Problem& real, GqaMode mode, const TileGrid& grid, int32_t num_ctas,
+                                        int64_t fewest_items) {
   // KV tiles per CTA in the smallest canonical problem. Long enough that start-up effects that real problems
   // amortise (ascending order on a full mask staggers the CTAs by one hand-off each before it runs freely)
   // do not decide: with 2, auto chose shift where ascending measured up to 13% faster (docs/calibration.md).
@@ -64,8 +66,8 @@ std::vector<Problem> canonical_problems(const Problem& real, GqaMode mode, const
   int64_t visits_per_unit = 0;
   for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv) visits_per_unit += int64_t(grid.q_tiles_seen_by(kv).size());
   visits_per_unit = std::max<int64_t>(1, visits_per_unit * (mode == GqaMode::PackGroup ? real.group_size() : 1));
-  // The fewest items per unit any planner makes (pairs of KV tiles) gives the longest round period.
-  const int64_t fewest_items = (kv_tiles + 1) / 2;
+  // The fewest items per unit any candidate makes (pairs of KV tiles, or 16 lock-step items) gives the longest
+  // round period.
   const int64_t period = (num_ctas + fewest_items - 1) / fewest_items;
   int64_t first = std::max(period, (kMinFills * num_ctas + kv_tiles - 1) / kv_tiles);
   first = std::max<int64_t>(1, std::min(first, kVisitBudget / (4 * visits_per_unit))); // huge P: stay affordable
@@ -116,7 +118,12 @@ std::string rank_row(const Problem& shape) {
   std::vector<GqaMode> modes = {GqaMode::SplitHeads};
   if (group > 1) modes.push_back(GqaMode::PackGroup);
   // Both modes are simulated on the same problems (whole KV-head groups), so their sums compare equal work.
-  const std::vector<Problem> canonical = canonical_problems(shape, modes.back(), grid, kCtas);
+  int64_t fewest_items = std::numeric_limits<int64_t>::max();
+  for (Planner planner : dash::all_planners())
+    fewest_items = std::min<int64_t>(fewest_items,
+                                     dash::build_unvalidated(shape, planner, tiles, modes.back(), kCtas).header.items_per_unit);
+  const std::vector<Problem> canonical =
+      canonical_problems(shape, modes.back(), grid, kCtas, std::max<int64_t>(fewest_items, 1));
   Problem guard = shape;
   guard.batch = 1;
   guard.heads_kv = (kGuardHeads + group - 1) / group;
@@ -135,9 +142,14 @@ std::string rank_row(const Problem& shape) {
       scored.push_back(s);
     }
   }
-  double best_small = std::numeric_limits<double>::infinity();
-  for (const Scored& s : scored) best_small = std::min(best_small, s.small);
-  auto within_guard = [&](const Scored& s) { return s.small <= kGuardRegret * best_small; };
+  auto split_small = [&](Planner planner) {
+    for (const Scored& s : scored)
+      if (s.candidate.mode == GqaMode::SplitHeads && s.candidate.planner == planner) return s.small;
+    return std::numeric_limits<double>::infinity();  // split cannot run here: nothing to guard against
+  };
+  auto within_guard = [&](const Scored& s) {
+    return s.candidate.mode == GqaMode::SplitHeads || s.small <= kGuardRegret * split_small(s.candidate.planner);
+  };
   std::stable_sort(scored.begin(), scored.end(), [&](const Scored& a, const Scored& b) {
     if (within_guard(a) != within_guard(b)) return within_guard(a);
     return within_guard(a) ? a.throughput < b.throughput : a.small < b.small;
