@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Problem validation and the mask's tile geometry (see dash/geometry.hpp).
 #include "dash/geometry.hpp"
+#include "planner_internal.hpp"
 
 #include "dash/attention_mask.hpp"
 #include "dash/kernel_table.hpp"
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <numeric>
 #include <sstream>
+#include <utility>
 
 namespace dash {
 
@@ -188,21 +190,32 @@ int64_t TileGrid::unmasked_pairs(int32_t q_tile, int32_t kv_tile) const {
   return pairs;
 }
 
-std::vector<int32_t> TileGrid::q_tiles_seen_by(int32_t kv_tile) const {
-  // The Q tiles before the band are a prefix and those after it a suffix: bisect for both boundaries, so the
-  // cost is the answer's length (planning and validating a unit stay linear in its visits).
-  const Band b = band_of(problem_);
+namespace detail {
+// The Q tiles that meet KV tile `kv_tile`, [first, end) ([0, 0) if none), for the grid of `problem`: the ends
+// of q_tiles_seen_by without the list between them, which the planner and validator would build and drop for
+// every KV tile (declared in planner_internal.hpp).
+std::pair<int32_t, int32_t> q_tile_range(const Problem& problem, const TileGrid& grid, int32_t kv_tile) {
+  // The Q tiles before the band are a prefix and those after it a suffix: bisect for both boundaries.
+  const Band b = band_of(problem);
   const auto first_where = [&](auto&& pred) {
-    int32_t lo = 0, hi = num_q_tiles_;
+    int32_t lo = 0, hi = grid.num_q_tiles();
     while (lo < hi) {
       const int32_t mid = lo + (hi - lo) / 2;
-      if (pred(span_of(problem_, tiles_, mid, kv_tile))) hi = mid;
+      if (pred(span_of(problem, grid.tiles(), mid, kv_tile))) hi = mid;
       else lo = mid + 1;
     }
     return lo;
   };
   const int32_t first = first_where([&](const BlockSpan& s) { return !before_band(b, s); });
   const int32_t end = first_where([&](const BlockSpan& s) { return after_band(b, s); });
+  if (first >= end) return {0, 0}; // no Q tile: the empty range everyone has used
+  return {first, end};
+}
+} // namespace detail
+
+std::vector<int32_t> TileGrid::q_tiles_seen_by(int32_t kv_tile) const {
+  // Bisected ends, so the cost is the answer's length (planning and validating a unit stay linear in its visits).
+  const auto [first, end] = detail::q_tile_range(problem_, *this, kv_tile);
   std::vector<int32_t> rows(end - first);
   std::iota(rows.begin(), rows.end(), first);
   return rows;

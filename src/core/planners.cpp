@@ -11,14 +11,22 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <numeric>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <tuple>
+#include <utility>
+
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #include "dash/plan.hpp"
+#include "planner_internal.hpp"
 
 namespace dash {
 
@@ -56,7 +64,6 @@ constexpr int64_t kVisitsPerThread = int64_t(1) << 17; // so threads start at 2^
 std::atomic<int> g_forced_threads{0};
 } // namespace
 
-// For tests and measurements: n >= 1 uses exactly n threads for every template, however small; 0 chooses.
 void set_planner_threads(int n) { g_forced_threads.store(std::max(n, 0), std::memory_order_relaxed); }
 
 int planner_threads(int64_t visits) {
@@ -172,16 +179,12 @@ struct TemplateDraft {
 // The rows each KV tile touches. The band's edges are non-decreasing in the row, so the Q tiles that see a KV
 // tile unmasked form an interval inside those that see it at all: the partial ones sit at its two ends, and a
 // few kind() calls per KV tile find them.
-UnitRows rows_by_kv_tile(const TileGrid& grid, int32_t heads_per_unit) {
+UnitRows rows_by_kv_tile(const Problem& problem, const TileGrid& grid, int32_t heads_per_unit) {
   UnitRows rows{heads_per_unit, {}};
   rows.kv.reserve(grid.num_kv_tiles());
   for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv) {
-    const std::vector<int32_t> seen = grid.q_tiles_seen_by(kv);
     KvRows r{kv};
-    if (!seen.empty()) {
-      r.q_begin = seen.front();
-      r.q_end = seen.back() + 1;
-    }
+    std::tie(r.q_begin, r.q_end) = detail::q_tile_range(problem, grid, kv);
     r.full_begin = r.q_begin;
     while (r.full_begin < r.q_end && grid.kind(r.full_begin, kv) == BlockKind::Partial) ++r.full_begin;
     r.full_end = r.q_end;
@@ -464,6 +467,25 @@ void rank_by_arrival(Plan& plan, RankCounter& ranks, int32_t from, int32_t to) {
   }
 }
 
+// Tables of 2 MB and more are often fresh pages from the kernel (glibc maps large allocations afresh, all of them
+// above 32 MB), which prefault() faults in.
+constexpr int32_t kPrefaultVisits = int32_t(1) << 18;
+
+// Faults in the pages of [begin, end), storage about to be written. Linux (5.14 on) does it in one call, about
+// twice as fast as a fault per page, and quickly for pages already there; elsewhere, if `touch`, a byte is
+// written to every page (threads then share the faults), else the first writes fault them in as usual.
+void prefault(char* begin, char* end, bool touch) {
+  constexpr uintptr_t kPage = 4096;
+#ifdef __linux__
+  constexpr int kPopulateWrite = 23; // MADV_POPULATE_WRITE, which older headers lack
+  const uintptr_t first = (uintptr_t(begin) + kPage - 1) & ~(kPage - 1), last = uintptr_t(end) & ~(kPage - 1);
+  if (first < last && madvise(reinterpret_cast<void*>(first), last - first, kPopulateWrite) == 0) return;
+#endif
+  // The storage is reserved but holds no visits yet: bytes are all it can hold, and resize() overwrites them.
+  if (touch)
+    for (char* p = begin; p < end; p += kPage) *p = 0;
+}
+
 // Fills the plan's tables and assigns every visit its rank in its accumulator's order. With several threads,
 // each writes (and, in claim order, ranks) a run of whole segments, then each ranks a range of lock-step
 // positions; a part's counters start at what the runs before it contribute, so every rank is the one-thread one.
@@ -476,28 +498,33 @@ void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per
     for (const SegmentDraft& seg : item.segments) drafts.push_back(&seg);
   const int threads = detail::planner_threads(total);
 
-  // A vector cannot grow without writing every element, so resize() fills the table once, alone. Faulting its
-  // fresh pages in costs as much again, and that part the threads share: each writes a byte to every page of
-  // its share of the reserved (still unconstructed) storage first.
+  // A large table is fresh memory from the kernel, and faulting its pages in one by one as they are first written
+  // costs as much as writing them: fault them in first, in one call per part where the kernel can.
   plan.visits.clear();
   plan.visits.reserve(size_t(total));
-  if (threads > 1) {
-    constexpr size_t kPage = 4096;
+  if (total >= kPrefaultVisits) {
     char* bytes = reinterpret_cast<char*>(plan.visits.data());
     const size_t size = size_t(total) * sizeof(dash_visit);
     detail::run_parallel(threads, [&](int part) {
-      for (size_t b = size * part / threads / kPage * kPage; b < size * (part + 1) / threads; b += kPage) bytes[b] = 0;
+      prefault(bytes + size * part / threads, bytes + size * (part + 1) / threads, threads > 1);
     });
   }
-  plan.visits.resize(size_t(total));
+  // A vector cannot grow without writing every element. On one thread the table grows segment by segment, so
+  // that the zeroing happens in cache just before the visits overwrite it; threads need the whole table first,
+  // and resize() zero-fills it alone.
+  if (threads > 1) plan.visits.resize(size_t(total));
+  const auto segment_visits = [&](int32_t s) {
+    const dash_segment& seg = plan.segments[s];
+    if (threads == 1) plan.visits.resize(size_t(seg.first_visit) + seg.num_visits); // within the reserve
+    return plan.visits.data() + seg.first_visit;
+  };
 
   const bool claim_order = draft.rank_rule == RankRule::ClaimOrder;
   detail::run_parallel(threads, [&](int part) {
     const int32_t first = detail::first_segment_of_part(plan.segments, total, part, threads);
     const int32_t end = detail::first_segment_of_part(plan.segments, total, part + 1, threads);
     if (!claim_order) {
-      for (int32_t s = first; s < end; ++s)
-        write_visits(*drafts[s], plan.visits.data() + plan.segments[s].first_visit, [](dash_visit v) { return v; });
+      for (int32_t s = first; s < end; ++s) write_visits(*drafts[s], segment_visits(s), [](dash_visit v) { return v; });
       return;
     }
     ContributionCounter before(accumulators, num_q);
@@ -505,8 +532,7 @@ void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per
       for (const Run& r : drafts[s]->order) before.add_run(r, r.count);
     RankCounter ranks(plan, num_q, before.counts());
     for (int32_t s = first; s < end; ++s)
-      write_visits(*drafts[s], plan.visits.data() + plan.segments[s].first_visit,
-                   [&](dash_visit v) { return ranks.ranked(v); });
+      write_visits(*drafts[s], segment_visits(s), [&](dash_visit v) { return ranks.ranked(v); });
   });
   if (claim_order) return;
 
@@ -623,7 +649,7 @@ Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles,
   const int32_t group = problem.group_size();
   const int32_t heads_per_unit = gqa_mode == GqaMode::PackGroup ? group : 1;
 
-  const auto rows = rows_by_kv_tile(grid, heads_per_unit);
+  const auto rows = rows_by_kv_tile(problem, grid, heads_per_unit);
   TemplateDraft draft;
   switch (planner) {
     case Planner::Ascending: draft = plan_ascending(rows); break;

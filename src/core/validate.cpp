@@ -2,12 +2,23 @@
 // The plan validator. docs/DEADLOCK.md states the execution model and proves that the properties checked
 // here make a deadlock impossible; the checks below follow its numbering.
 #include <algorithm>
+#include <functional>
+#include <numeric>
 #include <optional>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "dash/plan.hpp"
+#include "planner_internal.hpp"
 
 namespace dash {
+
+// Threads for large plans (defined in planners.cpp, which says how many and why): the per-visit checks run over
+// disjoint parts of the table in parallel. Every part stops at its own first failure, and run_parallel rethrows
+// that of the lowest part, so with parts in table order the reason is the one-thread reason.
+
+
 namespace {
 
 struct Failure {
@@ -74,11 +85,15 @@ void check_structure(const Plan& plan) {
   if (next_segment != h.segments_per_unit) fail("segments not covered by items");
   if (next_visit != h.visits_per_unit) fail("visits not covered by segments");
   if (h.max_visits_per_item != max_visits) fail("max_visits_per_item is ", h.max_visits_per_item, ", not ", max_visits);
-  for (int32_t v = 0; v < h.visits_per_unit; ++v) {
-    const dash_visit& vis = plan.visits[v];
-    if (vis.q_tile >= h.num_q_tiles) fail("visit ", v, " has Q tile ", vis.q_tile);
-    if (vis.head_in_unit >= h.heads_per_unit) fail("visit ", v, " has head ", int(vis.head_in_unit));
-  }
+  const int parts = detail::planner_threads(h.visits_per_unit);
+  detail::run_parallel(parts, [&](int part) {
+    const int32_t end = int32_t(int64_t(h.visits_per_unit) * (part + 1) / parts);
+    for (int32_t v = int32_t(int64_t(h.visits_per_unit) * part / parts); v < end; ++v) {
+      const dash_visit& vis = plan.visits[v];
+      if (vis.q_tile >= h.num_q_tiles) fail("visit ", v, " has Q tile ", vis.q_tile);
+      if (vis.head_in_unit >= h.heads_per_unit) fail("visit ", v, " has head ", int(vis.head_in_unit));
+    }
+  });
 }
 
 // The Q tiles a KV tile meets, [q_begin, q_end), and those it meets without a masked pair, [full_begin,
@@ -88,13 +103,9 @@ struct KvGeometry {
   int32_t q_begin = 0, q_end = 0, full_begin = 0, full_end = 0;
 };
 
-KvGeometry kv_geometry(const TileGrid& grid, int32_t kv) {
-  const std::vector<int32_t> seen = grid.q_tiles_seen_by(kv);
+KvGeometry kv_geometry(const Problem& problem, const TileGrid& grid, int32_t kv) {
   KvGeometry g;
-  if (!seen.empty()) {
-    g.q_begin = seen.front();
-    g.q_end = seen.back() + 1;
-  }
+  std::tie(g.q_begin, g.q_end) = detail::q_tile_range(problem, grid, kv);
   g.full_begin = g.q_begin;
   while (g.full_begin < g.q_end && grid.kind(g.full_begin, kv) == BlockKind::Partial) ++g.full_begin;
   g.full_end = g.q_end;
@@ -112,7 +123,15 @@ struct Coverage {
   bool ranked_in_claim_order = true;
 };
 
-Coverage check_coverage(const Plan& plan, const TileGrid& grid) {
+// What one part of the table says of an accumulator: its visits there, and the rank of the first of them.
+// Visits in claim order within the part have ranks first_rank, first_rank + 1, ...; the part's first_rank is the
+// claim rank iff it equals the visits of the parts before, which the merge checks.
+struct PartTally {
+  int32_t last_segment = -1; // the last segment visiting it
+  int32_t visits = 0, first_rank = 0;
+};
+
+Coverage check_coverage(const Plan& plan, const Problem& problem, const TileGrid& grid) {
   const dash_plan_header& h = plan.header;
   const int64_t nq = h.num_q_tiles, nk = h.num_kv_tiles;
   std::vector<int32_t> segments_of_kv(nk, 0);
@@ -120,39 +139,61 @@ Coverage check_coverage(const Plan& plan, const TileGrid& grid) {
   for (int64_t kv = 0; kv < nk; ++kv)
     if (segments_of_kv[kv] != 1) fail("KV tile ", kv, " appears in ", segments_of_kv[kv], " segments, expected 1");
 
-  Coverage c{std::vector<int32_t>(size_t(h.heads_per_unit) * nq, 0)};
-  std::vector<int32_t> last_segment(c.contributions.size(), -1); // per accumulator: the last segment visiting it
-  // Plain pointers keep the hot loop's bases in registers (through the vectors, GCC reloads them every visit).
-  const dash_visit* visits = plan.visits.data();
-  const uint16_t* dq_count = plan.dq_count.data();
-  int32_t* contributions = c.contributions.data();
-  int32_t* last = last_segment.data();
-  bool in_claim_order = true;
-  for (int32_t s = 0; s < h.segments_per_unit; ++s) {
-    const int32_t kv = plan.segments[s].kv_tile, first = plan.segments[s].first_visit;
-    const int32_t count = plan.segments[s].num_visits;
-    const KvGeometry g = kv_geometry(grid, kv);
-    for (int32_t v = first; v < first + count; ++v) {
-      const dash_visit vis = visits[v];
-      const int32_t q = vis.q_tile;
-      if (q < g.q_begin || q >= g.q_end) fail("block (q ", q, ", kv ", kv, ") is fully masked but visited");
-      if (bool(vis.flags & DASH_VISIT_PARTIAL_MASK) != (q < g.full_begin || q >= g.full_end))
-        fail("block (q ", q, ", kv ", kv, ") has a wrong partial-mask flag");
-      const size_t a = size_t(vis.head_in_unit) * nq + q;
-      if (last[a] == s) fail("block (head ", int(vis.head_in_unit), ", q ", q, ", kv ", kv, ") visited twice");
-      last[a] = s;
-      const int32_t claim_rank = contributions[a]++;
-      in_claim_order &= (vis.dq_rank == claim_rank) & (bool(vis.flags & DASH_VISIT_FIRST) == (claim_rank == 0)) &
-                        (bool(vis.flags & DASH_VISIT_LAST) == (claim_rank + 1 == dq_count[a]));
+  const size_t accumulators = size_t(h.heads_per_unit) * nq;
+  const int parts = detail::planner_threads(h.visits_per_unit);
+  std::vector<std::vector<PartTally>> tallies(parts);
+  std::vector<char> part_in_claim_order(parts, 1); // not vector<bool>: parts write their own elements at once
+  // Each part checks whole segments, so every check but the claim-order one sees only its own part's tallies.
+  detail::run_parallel(parts, [&](int part) {
+    tallies[part].assign(accumulators, PartTally{});
+    // Plain pointers keep the hot loop's bases in registers (through the vectors, GCC reloads them every visit).
+    PartTally* tally = tallies[part].data();
+    const dash_visit* visits = plan.visits.data();
+    const uint16_t* dq_count = plan.dq_count.data();
+    bool in_claim_order = true;
+    const int32_t end = detail::first_segment_of_part(plan.segments, h.visits_per_unit, part + 1, parts);
+    for (int32_t s = detail::first_segment_of_part(plan.segments, h.visits_per_unit, part, parts); s < end; ++s) {
+      const int32_t kv = plan.segments[s].kv_tile, first = plan.segments[s].first_visit;
+      const int32_t count = plan.segments[s].num_visits;
+      const KvGeometry g = kv_geometry(problem, grid, kv);
+      for (int32_t v = first; v < first + count; ++v) {
+        const dash_visit vis = visits[v];
+        const int32_t q = vis.q_tile;
+        if (q < g.q_begin || q >= g.q_end) fail("block (q ", q, ", kv ", kv, ") is fully masked but visited");
+        if (bool(vis.flags & DASH_VISIT_PARTIAL_MASK) != (q < g.full_begin || q >= g.full_end))
+          fail("block (q ", q, ", kv ", kv, ") has a wrong partial-mask flag");
+        const size_t a = size_t(vis.head_in_unit) * nq + q;
+        PartTally& t = tally[a];
+        if (t.last_segment == s)
+          fail("block (head ", int(vis.head_in_unit), ", q ", q, ", kv ", kv, ") visited twice");
+        t.last_segment = s;
+        const int32_t seen = t.visits++;
+        if (seen == 0) t.first_rank = vis.dq_rank;
+        // With the rank in claim order, the flags follow from the rank itself.
+        in_claim_order &= (vis.dq_rank == t.first_rank + seen) &
+                          (bool(vis.flags & DASH_VISIT_FIRST) == (vis.dq_rank == 0)) &
+                          (bool(vis.flags & DASH_VISIT_LAST) == (vis.dq_rank + 1 == dq_count[a]));
+      }
+      // In range and none twice: the segment covers its KV tile iff it has as many visits as the tile has blocks.
+      if (int64_t(count) != int64_t(h.heads_per_unit) * (g.q_end - g.q_begin))
+        for (int64_t head = 0; head < h.heads_per_unit; ++head)
+          for (int32_t q = g.q_begin; q < g.q_end; ++q)
+            if (tally[head * nq + q].last_segment != s)
+              fail("block (head ", head, ", q ", q, ", kv ", kv, ") has unmasked pairs but is never visited");
     }
-    // In range and none twice: the segment covers its KV tile iff it has as many visits as the tile has blocks.
-    if (int64_t(count) != int64_t(h.heads_per_unit) * (g.q_end - g.q_begin))
-      for (int64_t head = 0; head < h.heads_per_unit; ++head)
-        for (int32_t q = g.q_begin; q < g.q_end; ++q)
-          if (last[head * nq + q] != s)
-            fail("block (head ", head, ", q ", q, ", kv ", kv, ") has unmasked pairs but is never visited");
+    part_in_claim_order[part] = in_claim_order;
+  });
+
+  Coverage c{std::vector<int32_t>(accumulators, 0)};
+  for (int part = 0; part < parts; ++part) {
+    c.ranked_in_claim_order &= bool(part_in_claim_order[part]);
+    for (size_t a = 0; a < accumulators; ++a) {
+      const PartTally& t = tallies[part][a];
+      if (t.visits == 0) continue;
+      c.ranked_in_claim_order &= t.first_rank == c.contributions[a];
+      c.contributions[a] += t.visits;
+    }
   }
-  c.ranked_in_claim_order = in_claim_order;
   return c;
 }
 
@@ -210,48 +251,100 @@ Waits waves(const std::vector<int32_t>& reach) {
 // (3)-(5) at once for ranks in lock-step arrival order (docs/DEADLOCK.md): walking the visits by (position in
 // item, item), each must carry the next rank of its accumulator and the matching FIRST / LAST flags. Then the
 // ranks are total orders, that walk is a topological order of the wait graph, and each wait targets the item of
-// the accumulator's previous visit in the walk. Returns each item's reach for (5), or nothing at the first visit
-// that breaks the order.
+// the accumulator's previous visit in the walk. Returns each item's reach for (5), or nothing if a visit breaks
+// the order.
 // Consecutive visits of the walk lie an item apart in the table (equal items a power of two bytes apart, so that
 // they share a few cache sets): it reads the next kChunk visits of every item still running into one buffer.
+// With several threads, each walks a range of positions; the merge then checks that each part's ranks continue
+// the parts before it and finds the previous item of each accumulator's first visit in a part.
 std::optional<std::vector<int32_t>> ranked_by_arrival(const Plan& plan) {
   constexpr int32_t kChunk = 32;
   const int32_t nq = plan.header.num_q_tiles;
+  const int32_t num_items = int32_t(plan.items.size());
+  const size_t accumulators = plan.dq_count.size();
   const std::vector<int32_t> begin = item_begins(plan);
-  struct Running {
-    int32_t item, length;
+  std::vector<int32_t> lengths(num_items);
+  for (int32_t i = 0; i < num_items; ++i) lengths[i] = begin[i + 1] - begin[i];
+  // Per accumulator, what the walk of one part needs at every visit (8 bytes: at 128k tokens a part's tallies of
+  // split heads fit in L1), and what the merge needs of its first visit.
+  struct Tally {
+    int32_t next_rank = -1; // the rank its next visit must carry; -1 before its first visit in the part
+    int32_t last_item = -1;
   };
-  std::vector<Running> running;
-  std::vector<int32_t> reach(plan.items.size());
-  for (int32_t i = 0; i < int32_t(plan.items.size()); ++i) {
-    reach[i] = i;
-    if (begin[i + 1] > begin[i]) running.push_back({i, begin[i + 1] - begin[i]});
-  }
-  std::vector<uint16_t> next_rank(plan.dq_count.size(), 0);
-  std::vector<int32_t> last_item(plan.dq_count.size(), -1);
-  std::vector<dash_visit> buffer(running.size() * kChunk);
-  for (int32_t base = 0; !running.empty(); base += kChunk) {
-    for (size_t k = 0; k < running.size(); ++k)
-      std::copy_n(&plan.visits[begin[running[k].item] + base], std::min(kChunk, running[k].length - base),
-                  &buffer[k * kChunk]);
-    for (int32_t step = 0; step < kChunk; ++step) {
-      for (size_t k = 0; k < running.size(); ++k) {
-        if (base + step >= running[k].length) continue;
-        const dash_visit vis = buffer[k * kChunk + step];
-        const int32_t item = running[k].item;
-        const size_t a = size_t(vis.head_in_unit) * nq + vis.q_tile;
-        const int32_t rank = next_rank[a]++;
-        if (vis.dq_rank != rank || bool(vis.flags & DASH_VISIT_FIRST) != (rank == 0) ||
-            bool(vis.flags & DASH_VISIT_LAST) != (rank + 1 == plan.dq_count[a]))
-          return std::nullopt;
-        if (last_item[a] > item) reach[item] = std::max(reach[item], last_item[a]);
-        last_item[a] = item;
-      }
+  struct First {
+    int32_t rank, item;
+  };
+  struct Part {
+    std::vector<Tally> tally;   // per accumulator
+    std::vector<First> first;   // per accumulator, where tally.next_rank >= 0
+    std::vector<int32_t> reach; // per item
+    bool in_order = true;
+  };
+  const int parts = detail::planner_threads(plan.header.visits_per_unit);
+  std::vector<Part> part_of(parts);
+  detail::run_parallel(parts, [&](int part) {
+    const int32_t from = detail::first_position_of_part(lengths, part, parts);
+    const int32_t to = detail::first_position_of_part(lengths, part + 1, parts);
+    Part& p = part_of[part];
+    p.tally.assign(accumulators, Tally{});
+    p.first.resize(accumulators);
+    p.reach.resize(num_items);
+    Tally* tally = p.tally.data();
+    struct Running {
+      int32_t item, length; // length cut at `to`
+    };
+    std::vector<Running> running;
+    for (int32_t i = 0; i < num_items; ++i) {
+      p.reach[i] = i;
+      if (lengths[i] > from) running.push_back({i, std::min(lengths[i], to)});
     }
-    size_t kept = 0;
-    for (const Running& r : running)
-      if (base + kChunk < r.length) running[kept++] = r;
-    running.resize(kept);
+    if (from >= to) running.clear();
+    std::vector<dash_visit> buffer(running.size() * kChunk);
+    for (int32_t base = from; !running.empty(); base += kChunk) {
+      for (size_t k = 0; k < running.size(); ++k)
+        std::copy_n(&plan.visits[begin[running[k].item] + base], std::min(kChunk, running[k].length - base),
+                    &buffer[k * kChunk]);
+      for (int32_t step = 0; step < kChunk; ++step) {
+        for (size_t k = 0; k < running.size(); ++k) {
+          if (base + step >= running[k].length) continue;
+          const dash_visit vis = buffer[k * kChunk + step];
+          const int32_t item = running[k].item;
+          const size_t a = size_t(vis.head_in_unit) * nq + vis.q_tile;
+          Tally& t = tally[a];
+          if (t.next_rank < 0) p.first[a] = {vis.dq_rank, item};
+          // With the rank in walk order, the flags follow from the rank itself.
+          if ((t.next_rank >= 0 && vis.dq_rank != t.next_rank) ||
+              bool(vis.flags & DASH_VISIT_FIRST) != (vis.dq_rank == 0) ||
+              bool(vis.flags & DASH_VISIT_LAST) != (vis.dq_rank + 1 == plan.dq_count[a])) {
+            p.in_order = false;
+            return;
+          }
+          t.next_rank = vis.dq_rank + 1;
+          if (t.last_item > item) p.reach[item] = std::max(p.reach[item], t.last_item);
+          t.last_item = item;
+        }
+      }
+      size_t kept = 0;
+      for (const Running& r : running)
+        if (base + kChunk < r.length) running[kept++] = r;
+      running.resize(kept);
+    }
+  });
+
+  std::vector<int32_t> reach(num_items), next_rank(accumulators, 0), last_item(accumulators, -1);
+  std::iota(reach.begin(), reach.end(), 0);
+  for (const Part& p : part_of) {
+    if (!p.in_order) return std::nullopt;
+    for (int32_t i = 0; i < num_items; ++i) reach[i] = std::max(reach[i], p.reach[i]);
+    for (size_t a = 0; a < accumulators; ++a) {
+      const Tally& t = p.tally[a];
+      if (t.next_rank < 0) continue;
+      const First& first = p.first[a];
+      if (first.rank != next_rank[a]) return std::nullopt;
+      if (last_item[a] > first.item) reach[first.item] = std::max(reach[first.item], last_item[a]);
+      next_rank[a] = t.next_rank;
+      last_item[a] = t.last_item;
+    }
   }
   return reach;
 }
@@ -347,8 +440,9 @@ ValidationReport validate_plan(const Plan& plan, int32_t num_ctas) {
   try {
     if (num_ctas < 1) fail("num_ctas must be >= 1");
     check_structure(plan);
-    const TileGrid grid(Problem::from_c(plan.header.problem), {plan.header.block_m, plan.header.block_n});
-    const Waits waits = check_orders_and_waits(plan, check_coverage(plan, grid));
+    const Problem problem = Problem::from_c(plan.header.problem);
+    const TileGrid grid(problem, {plan.header.block_m, plan.header.block_n});
+    const Waits waits = check_orders_and_waits(plan, check_coverage(plan, problem, grid));
     report.min_coresident_ctas = waits.largest_wave;
     report.waits_only_backward = waits.only_backward;
     if (num_ctas < report.min_coresident_ctas)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <sstream>
@@ -14,6 +15,10 @@
 
 #include "dash/plan.hpp"
 #include "test_problems.hpp"
+
+// Forces the thread count of build_unvalidated and validate_plan (src/core/planners.cpp): n >= 1 threads for every
+// template, or 0 for the automatic choice (threads only for large templates).
+#include "planner_internal.hpp"  // dash::detail::set_planner_threads
 
 namespace {
 
@@ -300,7 +305,17 @@ TEST(PlanSpeedEquivalence, RejectsACycleInALockStepPlan) {
   expect_rejected(with_flags_of_ranks(plan), "wait cycle", "shift");
 }
 
-// Timings at 128k tokens (no assertion: run with --gtest_also_run_disabled_tests to see them).
+// The planner and validator's thread count for one scope.
+class PlannerThreads {
+ public:
+  explicit PlannerThreads(int n) { dash::detail::set_planner_threads(n); }
+  ~PlannerThreads() { dash::detail::set_planner_threads(0); }
+  PlannerThreads(const PlannerThreads&) = delete;
+  PlannerThreads& operator=(const PlannerThreads&) = delete;
+};
+
+// Timings at 128k tokens on one thread and with the automatic thread count (no assertion: run with
+// --gtest_also_run_disabled_tests to see them).
 TEST(PlanSpeedEquivalence, DISABLED_Timing128k) {
   using Clock = std::chrono::steady_clock;
   const auto ms = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
@@ -309,23 +324,199 @@ TEST(PlanSpeedEquivalence, DISABLED_Timing128k) {
     int group;
     dash::GqaMode mode;
   };
-  for (const Case& c : {Case{dash::Mask::Full, 1, dash::GqaMode::SplitHeads},
-                        Case{dash::Mask::Causal, 1, dash::GqaMode::SplitHeads},
-                        Case{dash::Mask::Causal, 4, dash::GqaMode::PackGroup}}) {
-    const dash::Problem p = dash::test::make_problem(131072, 131072, c.mask, c.group, 1);
-    for (Planner planner : dash::all_planners()) {
-      double build = 1e30, validate = 1e30;
-      for (int rep = 0; rep < 5; ++rep) {
-        auto t = Clock::now();
-        const dash::Plan plan = dash::build_unvalidated(p, planner, {}, c.mode, 100000);
-        build = std::min(build, ms(t));
-        t = Clock::now();
-        EXPECT_TRUE(dash::validate_plan(plan, 100000).ok);
-        validate = std::min(validate, ms(t));
+  for (int threads : {1, 0}) {
+    const PlannerThreads scope(threads);
+    std::printf("%s\n", threads == 1 ? "one thread:" : "automatic thread count:");
+    for (const Case& c : {Case{dash::Mask::Full, 1, dash::GqaMode::SplitHeads},
+                          Case{dash::Mask::Causal, 1, dash::GqaMode::SplitHeads},
+                          Case{dash::Mask::Causal, 4, dash::GqaMode::PackGroup}}) {
+      const dash::Problem p = dash::test::make_problem(131072, 131072, c.mask, c.group, 1);
+      for (Planner planner : dash::all_planners()) {
+        double build = 1e30, validate = 1e30;
+        for (int rep = 0; rep < 5; ++rep) {
+          auto t = Clock::now();
+          const dash::Plan plan = dash::build_unvalidated(p, planner, {}, c.mode, 100000);
+          build = std::min(build, ms(t));
+          t = Clock::now();
+          EXPECT_TRUE(dash::validate_plan(plan, 100000).ok);
+          validate = std::min(validate, ms(t));
+        }
+        std::printf("%-40s build %7.2f ms  validate %7.2f ms\n", describe(p, planner, c.mode).c_str(), build,
+                    validate);
       }
-      std::printf("%-40s build %7.2f ms  validate %7.2f ms\n", describe(p, planner, c.mode).c_str(), build, validate);
     }
   }
+}
+
+// ---- threads: the output and every verdict must not depend on the thread count ----
+
+template <typename T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+// The first table in which two plans differ, or "".
+std::string plan_difference(const dash::Plan& a, const dash::Plan& b) {
+  if (std::memcmp(&a.header, &b.header, sizeof a.header) != 0) return "header";
+  if (!same_bytes(a.items, b.items)) return "items";
+  if (!same_bytes(a.segments, b.segments)) return "segments";
+  if (!same_bytes(a.visits, b.visits)) return "visits";
+  if (!same_bytes(a.dq_count, b.dq_count)) return "dq_count";
+  if (!same_bytes(a.group_head_by_rank, b.group_head_by_rank)) return "group_head_by_rank";
+  if (a.note != b.note) return "note";
+  return "";
+}
+
+std::string verdict(const dash::Plan& plan, int num_ctas = 100000) {
+  const auto r = dash::validate_plan(plan, num_ctas);
+  return r.ok ? "ok, wave " + std::to_string(r.min_coresident_ctas) + ", backward " +
+                    std::to_string(r.waits_only_backward)
+              : "rejected: " + r.reason;
+}
+
+// The validator's verdict on one thread and on several (forced, whatever the plan's size), which must agree.
+void expect_same_verdicts(const dash::Plan& plan, const std::string& name) {
+  std::string one;
+  {
+    const PlannerThreads scope(1);
+    one = verdict(plan);
+  }
+  for (int threads : {2, 3, 8}) {
+    const PlannerThreads scope(threads);
+    EXPECT_EQ(verdict(plan), one) << name << ", " << threads << " threads";
+  }
+}
+
+// Shapes of about 2^18 visits and more, where threads start on their own (forced counts reach any size).
+struct LargeCase {
+  dash::Problem problem;
+  dash::GqaMode mode;
+};
+
+std::vector<LargeCase> large_cases() {
+  using dash::test::make_problem;
+  return {{make_problem(65536, 65536, dash::Mask::Causal), dash::GqaMode::SplitHeads},
+          {make_problem(65536, 65536, dash::Mask::Full), dash::GqaMode::SplitHeads},
+          {make_problem(32768, 32768, dash::Mask::Causal, 4, 1), dash::GqaMode::PackGroup},
+          {make_problem(32768, 40000, dash::Mask::Full, 2, 1), dash::GqaMode::PackGroup},
+          {dash::test::windowed(make_problem(65536, 65536, dash::Mask::Full), 20000, 3000), dash::GqaMode::SplitHeads}};
+}
+
+TEST(PlanSpeedEquivalence, ThreadedBuildAndValidationAreByteIdentical) {
+  for (const LargeCase& c : large_cases())
+    for (Planner planner : dash::all_planners()) {
+      const std::string name = describe(c.problem, planner, c.mode);
+      dash::Plan one;
+      std::string one_verdict;
+      {
+        const PlannerThreads scope(1);
+        one = dash::build_unvalidated(c.problem, planner, {}, c.mode, 1);
+        one_verdict = verdict(one);
+      }
+      EXPECT_EQ(one_verdict.rfind("ok", 0), 0u) << name << ": " << one_verdict;
+      for (int threads : {0, 2, 3, 8}) { // 0: the automatic count
+        const PlannerThreads scope(threads);
+        const dash::Plan plan = dash::build_unvalidated(c.problem, planner, {}, c.mode, 1);
+        EXPECT_EQ(plan_difference(plan, one), "") << name << ", " << threads << " threads";
+        EXPECT_EQ(verdict(plan), one_verdict) << name << ", " << threads << " threads";
+      }
+    }
+}
+
+TEST(PlanSpeedEquivalence, ThreadedBuildIsByteIdenticalOnSmallShapes) {
+  // Forced threads on shapes far below the threshold: more threads than segments, items or positions.
+  const int seqlens[] = {1, 65, 300, 2048, 4100};
+  const MaskCase masks[] = {{dash::Mask::Full, -1, -1}, {dash::Mask::Causal, -1, -1}, {dash::Mask::Window, 300, 50},
+                            {dash::Mask::Window, -1, 64}};
+  for (int sq : seqlens)
+    for (int sk : seqlens)
+      for (const MaskCase& m : masks)
+        for (int group : {1, 4})
+          for (dash::GqaMode mode : {dash::GqaMode::SplitHeads, dash::GqaMode::PackGroup}) {
+            dash::Problem p = dash::test::make_problem(sq, sk, m.mask, group, 1);
+            if (m.mask == dash::Mask::Window) p = dash::test::windowed(p, m.left, m.right);
+            for (Planner planner : dash::all_planners()) {
+              dash::Plan one;
+              std::string one_verdict;
+              {
+                const PlannerThreads scope(1);
+                one = dash::build_unvalidated(p, planner, {}, mode, 1);
+                one_verdict = verdict(one);
+              }
+              const PlannerThreads scope(5);
+              const dash::Plan plan = dash::build_unvalidated(p, planner, {}, mode, 1);
+              EXPECT_EQ(plan_difference(plan, one), "") << describe(p, planner, mode);
+              EXPECT_EQ(verdict(plan), one_verdict) << describe(p, planner, mode);
+            }
+          }
+}
+
+TEST(PlanSpeedEquivalence, ThreadedValidationGivesTheOneThreadVerdicts) {
+  // Reordered and broken large plans: each check's first failure, the fallbacks from the claim-order and lock-step
+  // shortcuts to the general checks, and the waves must not depend on how the table is split.
+  for (const LargeCase& c : large_cases())
+    for (Planner planner : dash::all_planners()) {
+      const std::string name = describe(c.problem, planner, c.mode);
+      dash::Plan plan;
+      {
+        const PlannerThreads scope(1);
+        plan = dash::build_unvalidated(c.problem, planner, {}, c.mode, 1);
+      }
+      const int nv = int(plan.visits.size());
+      expect_same_verdicts(plan, name);
+      // Another order: reversed (every wait forward), rotated (a cycle on most accumulators), and each
+      // accumulator's second half first (ranks that run on within any part that holds one half).
+      expect_same_verdicts(reranked(plan, [](int r, int n) { return n - 1 - r; }), name + ", reversed");
+      expect_same_verdicts(reranked(plan, [](int r, int n) { return (r + n - 1) % n; }), name + ", rotated");
+      const dash::Plan halves = reranked(plan, [](int r, int n) { return (r + n / 2) % n; });
+      expect_same_verdicts(halves, name + ", halves swapped");
+      {
+        const PlannerThreads scope(3);
+        EXPECT_EQ(wave_difference(halves), "") << name << ", halves swapped";
+      }
+      // Two ranks of one late accumulator swapped: its first two, or its second and third (so that its first
+      // visit in the walk still has rank 0).
+      for (int low : {0, 1}) {
+        dash::Plan bad = plan;
+        const size_t a = accumulator_of(bad, bad.visits[nv - 1]);
+        for (dash_visit& v : bad.visits)
+          if (accumulator_of(bad, v) == a && (v.dq_rank == low || v.dq_rank == low + 1))
+            v.dq_rank = uint16_t(2 * low + 1 - v.dq_rank);
+        const std::string variant = name + ", ranks " + std::to_string(low) + " and " + std::to_string(low + 1) +
+                                    " swapped";
+        bad = with_flags_of_ranks(std::move(bad));
+        expect_same_verdicts(bad, variant);
+        const PlannerThreads scope(3); // and right, not only the same
+        EXPECT_EQ(wave_difference(bad), "") << variant;
+      }
+      // Structure: bad Q tiles and heads at two places (the first must be reported).
+      {
+        dash::Plan bad = plan;
+        bad.visits[nv - 2].q_tile = uint16_t(bad.header.num_q_tiles);
+        bad.visits[nv / 2 + 1].head_in_unit = uint8_t(bad.header.heads_per_unit);
+        expect_same_verdicts(bad, name + ", bad Q tile and head");
+        bad.visits[nv / 3].q_tile = uint16_t(bad.header.num_q_tiles + 5);
+        expect_same_verdicts(bad, name + ", three bad visits");
+      }
+      // Coverage: a doubled block late in the table and a wrong partial flag in the middle.
+      {
+        dash::Plan bad = plan;
+        const dash_segment& last = bad.segments.back();
+        if (last.num_visits >= 2) bad.visits[last.first_visit + 1] = bad.visits[last.first_visit];
+        expect_same_verdicts(bad, name + ", doubled block");
+        bad.visits[nv / 2].flags ^= DASH_VISIT_PARTIAL_MASK;
+        expect_same_verdicts(bad, name + ", doubled block and wrong flag");
+      }
+      // Too few CTAs for the plan's wave.
+      {
+        const PlannerThreads scope(3);
+        const auto r = dash::validate_plan(plan, 1);
+        const PlannerThreads one(1);
+        const auto r1 = dash::validate_plan(plan, 1);
+        EXPECT_EQ(r.ok, r1.ok) << name;
+        EXPECT_EQ(r.reason, r1.reason) << name;
+      }
+    }
 }
 
 } // namespace
