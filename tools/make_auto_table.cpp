@@ -60,16 +60,20 @@ std::vector<Problem> canonical_problems(const Problem& real, GqaMode mode, const
   // amortise (ascending order on a full mask staggers the CTAs by one hand-off each before it runs freely)
   // do not decide: with 2, auto chose shift where ascending measured up to 13% faster (docs/calibration.md).
   constexpr int64_t kMinFills = 8;
-  constexpr int64_t kVisitBudget = int64_t(1) << 20; // all sizes together: about a second of simulation
+  // All sizes together: a few seconds of simulation. At 2^20, 16k-token rows simulated only the first three sizes
+  // of their range (18-22 units), where 16-item lock-step units run a mostly idle third round, and lost to plans
+  // that 16 or 32 units (whole rounds) ran 20% slower.
+  constexpr int64_t kVisitBudget = int64_t(1) << 22;
   constexpr int64_t kMaxSizes = 9;
   const int64_t kv_tiles = std::max(1, grid.num_kv_tiles());
   int64_t visits_per_unit = 0;
   for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv) visits_per_unit += int64_t(grid.q_tiles_seen_by(kv).size());
   visits_per_unit = std::max<int64_t>(1, visits_per_unit * (mode == GqaMode::PackGroup ? real.group_size() : 1));
   // The fewest items per unit any candidate makes (pairs of KV tiles, or 16 lock-step items) gives the longest
-  // round period.
+  // round period. The range starts at two rounds: at one round and a bit, any plan with few long items per unit
+  // leaves most CTAs idle in its second round, and that half-empty round, not throughput, would decide.
   const int64_t period = (num_ctas + fewest_items - 1) / fewest_items;
-  int64_t first = std::max(period, (kMinFills * num_ctas + kv_tiles - 1) / kv_tiles);
+  int64_t first = std::max(2 * period, (kMinFills * num_ctas + kv_tiles - 1) / kv_tiles);
   first = std::max<int64_t>(1, std::min(first, kVisitBudget / (4 * visits_per_unit))); // huge P: stay affordable
   const int64_t stride = std::max<int64_t>(1, (period + kMaxSizes - 2) / (kMaxSizes - 1));
 
