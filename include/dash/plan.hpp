@@ -83,6 +83,15 @@ struct Plan {
 
   // Serialised blob (header with offsets + tables); from_blob() checks magic, version and bounds.
   std::vector<uint8_t> to_blob() const;
+  // The blob's header (offsets and total_bytes set), and where each of its parts lies, so that a copy (to the GPU)
+  // can be written part by part without assembling the blob first. The zero padding between parts is not listed.
+  dash_plan_header blob_header() const;
+  struct BlobPart {
+    uint32_t offset;
+    const void* data;
+    size_t bytes;
+  };
+  std::vector<BlobPart> blob_parts(const dash_plan_header& blob_header) const;
   static Plan from_blob(const uint8_t* data, size_t size);
 };
 

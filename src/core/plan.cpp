@@ -304,7 +304,7 @@ Plan build_plan(const PlanRequest& req) {
 }
 
 
-std::vector<uint8_t> Plan::to_blob() const {
+dash_plan_header Plan::blob_header() const {
   dash_plan_header h = header;
   uint64_t offset = align_up(sizeof(dash_plan_header));
   auto place = [&offset](uint64_t bytes) {
@@ -319,17 +319,23 @@ std::vector<uint8_t> Plan::to_blob() const {
   h.group_head_by_rank_offset = place(group_head_by_rank.size());
   if (offset > std::numeric_limits<uint32_t>::max()) throw Error("plan", "blob larger than 4 GiB");
   h.total_bytes = uint32_t(offset);
+  return h;
+}
 
-  std::vector<uint8_t> blob(offset, 0);
-  std::memcpy(blob.data(), &h, sizeof h);
-  auto copy = [&blob](uint32_t at, const void* src, size_t bytes) {
-    if (bytes) std::memcpy(blob.data() + at, src, bytes);
-  };
-  copy(h.items_offset, items.data(), items.size() * sizeof(dash_item));
-  copy(h.segments_offset, segments.data(), segments.size() * sizeof(dash_segment));
-  copy(h.visits_offset, visits.data(), visits.size() * sizeof(dash_visit));
-  copy(h.dq_count_offset, dq_count.data(), dq_count.size() * sizeof(uint16_t));
-  copy(h.group_head_by_rank_offset, group_head_by_rank.data(), group_head_by_rank.size());
+std::vector<Plan::BlobPart> Plan::blob_parts(const dash_plan_header& h) const {
+  return {{0, &h, sizeof h},
+          {h.items_offset, items.data(), items.size() * sizeof(dash_item)},
+          {h.segments_offset, segments.data(), segments.size() * sizeof(dash_segment)},
+          {h.visits_offset, visits.data(), visits.size() * sizeof(dash_visit)},
+          {h.dq_count_offset, dq_count.data(), dq_count.size() * sizeof(uint16_t)},
+          {h.group_head_by_rank_offset, group_head_by_rank.data(), group_head_by_rank.size()}};
+}
+
+std::vector<uint8_t> Plan::to_blob() const {
+  const dash_plan_header h = blob_header();
+  std::vector<uint8_t> blob(h.total_bytes, 0);
+  for (const BlobPart& part : blob_parts(h))
+    if (part.bytes) std::memcpy(blob.data() + part.offset, part.data, part.bytes);
   return blob;
 }
 

@@ -55,20 +55,26 @@ class DeviceTemplateCache {
     auto entry = std::make_shared<DeviceTemplate>();
     entry->unit = unit;
     entry->device = device;
-    const std::vector<uint8_t> blob = unit->plan.to_blob();
-    std::memcpy(&entry->blob_header, blob.data(), sizeof(dash_plan_header));
-    entry->bytes = blob.size();
-    if (cudaError_t s = cudaMalloc(&entry->device_blob, blob.size()); s != cudaSuccess) {
+    entry->blob_header = unit->plan.blob_header();
+    entry->bytes = entry->blob_header.total_bytes;
+    if (cudaError_t s = cudaMalloc(&entry->device_blob, entry->bytes); s != cudaSuccess) {
       entry->device_blob = nullptr;
       return cuda_fail("cudaMalloc(plan blob)", s);
     }
     cudaStream_t stream = nullptr;
     if (dash_status s = upload_stream(device, stream); s != DASH_OK) return s;
-    if (cudaError_t s = cudaMemcpyAsync(entry->device_blob, blob.data(), blob.size(), cudaMemcpyHostToDevice, stream);
-        s != cudaSuccess) {
-      return cuda_fail("cudaMemcpyAsync(plan blob)", s);
+    // Straight from the template's tables (no host copy of the blob: 8-16 MB at 128k tokens). The kernels read the
+    // tables only; the padding between them stays unwritten.
+    uint8_t* base = static_cast<uint8_t*>(entry->device_blob);
+    for (const Plan::BlobPart& part : unit->plan.blob_parts(entry->blob_header)) {
+      if (part.bytes == 0) continue;
+      if (cudaError_t s = cudaMemcpyAsync(base + part.offset, part.data, part.bytes, cudaMemcpyHostToDevice, stream);
+          s != cudaSuccess) {
+        return cuda_fail("cudaMemcpyAsync(plan blob)", s);
+      }
     }
-    // The blob must be on the device before any stream can launch a kernel that reads it; `blob` is freed on return.
+    // The tables must be on the device before any stream launches a kernel that reads them, and the copies read
+    // from pageable host memory (blob_parts points at the header local to this entry and the cached template).
     if (cudaError_t s = cudaStreamSynchronize(stream); s != cudaSuccess) return cuda_fail("cudaStreamSynchronize(plan upload)", s);
     entries_.push_front(entry);
     bytes_ += entry->bytes;
