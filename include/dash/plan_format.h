@@ -27,7 +27,8 @@
  * Accumulators. A dQ accumulator is (unit, head_in_unit, q_tile). Its contributions are added in dq_rank
  * order 0, 1, ..., dq_count-1: a visit of rank r waits until the accumulator's counter equals r, adds, then
  * releases the counter to r + 1. The validator (src/core/validate.cpp) proves that no plan it accepts can
- * deadlock when `num_ctas` CTAs are co-resident; docs/DEADLOCK.md states the execution model and argument.
+ * deadlock once `min_coresident_ctas` (its wave) of its CTAs run; docs/DEADLOCK.md states the execution model and
+ * argument.
  *
  * Blob layout. A serialized plan is one contiguous, 16-byte-aligned byte blob: the header, then each table
  * at the byte offset the header gives. Kernels copy the blob to the device once and read it in place.
@@ -65,8 +66,8 @@ typedef enum dash_planner_kind {
 typedef enum dash_gqa_mode {
   DASH_GQA_SPLIT_HEADS = 0, /* one unit per query head; ordered dK/dV adds across the group */
   DASH_GQA_PACK_GROUP = 1,  /* one unit per KV head; dK/dV summed in registers over the group */
-  DASH_GQA_AUTO = 2         /* requests only (a built plan holds 0 or 1): the planner picks split or pack by
-                               simulation on batch-1 problems, so the choice does not depend on the batch */
+  DASH_GQA_AUTO = 2         /* requests only (a built plan holds 0 or 1): auto's offline table picks split or
+                               pack from the sequence template, so the choice does not depend on the batch */
 } dash_gqa_mode;
 
 typedef enum dash_visit_flags {
@@ -143,8 +144,8 @@ typedef struct dash_plan_header {
   int32_t segments_per_unit;
   int32_t visits_per_unit;
 
-  int32_t num_ctas;            /* co-resident CTAs the plan was validated for (P) */
-  int32_t min_coresident_ctas; /* fewest co-resident CTAs this template needs; depends on the unit's shape only */
+  int32_t num_ctas;            /* CTAs the backward launches (P); any P >= min_coresident_ctas gives the same bits */
+  int32_t min_coresident_ctas; /* the wave: CTAs that must run at once; depends on the unit template only */
   int32_t max_visits_per_item;
   int32_t reserved0;
 
