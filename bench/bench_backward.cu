@@ -267,14 +267,17 @@ int main(int argc, char** argv) {
         times.push_back(ms);
       }
       CUDA_CHECK(cudaGetLastError());
+      // One fingerprint of dQ, dK and dV together.
+      const auto gradient_hash = [&] {
+        return hash_device(bf.dq, bf.nq * 2) ^ (hash_device(bf.dk, bf.nk * 2) * 3) ^ (hash_device(bf.dv, bf.nk * 2) * 7);
+      };
       // Bitwise across 3 more runs.
       uint64_t first = 0;
       bool bitwise = true;
       for (int r = 0; r < 3; ++r) {
         dash_bwd(&a, plan, det, ws, ws_bytes, stream);
         CUDA_CHECK(cudaStreamSynchronize(stream));
-        const uint64_t h = hash_device(bf.dq, bf.nq * 2) ^ (hash_device(bf.dk, bf.nk * 2) * 3) ^
-                           (hash_device(bf.dv, bf.nk * 2) * 7);
+        const uint64_t h = gradient_hash();
         if (r == 0) first = h;
         else bitwise &= (h == first);
       }
@@ -317,8 +320,7 @@ int main(int argc, char** argv) {
       if (busy_ms > 0) {
         dash_bwd(&a, plan, det, ws, ws_bytes, stream);  // the undisturbed reference bits
         CUDA_CHECK(cudaStreamSynchronize(stream));
-        const uint64_t ref = hash_device(bf.dq, bf.nq * 2) ^ (hash_device(bf.dk, bf.nk * 2) * 3) ^
-                             (hash_device(bf.dv, bf.nk * 2) * 7);
+        const uint64_t ref = gradient_hash();
         cudaStream_t other;
         CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
         const int hog_smem = 200 * 1024;
@@ -338,8 +340,7 @@ int main(int argc, char** argv) {
           CUDA_CHECK(cudaStreamSynchronize(other));
           float ms = 0;
           CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-          const bool same = (hash_device(bf.dq, bf.nq * 2) ^ (hash_device(bf.dk, bf.nk * 2) * 3) ^
-                             (hash_device(bf.dv, bf.nk * 2) * 7)) == ref;
+          const bool same = gradient_hash() == ref;
           const double bound = hogs < sms ? 1.15 * sms / double(sms - hogs) : 0;
           const bool within = hogs < sms && ms / med <= bound;
           std::printf("BUSY %s %s %s: %d SMs held %d ms on another stream: backward %.3f ms (undisturbed median %.3f "

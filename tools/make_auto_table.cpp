@@ -121,11 +121,21 @@ std::string rank_row(const Problem& shape) {
   const dash::CostModel cost = dash::CostModel::for_problem(shape, tiles);
   std::vector<GqaMode> modes = {GqaMode::SplitHeads};
   if (group > 1) modes.push_back(GqaMode::PackGroup);
-  // Both modes are simulated on the same problems (whole KV-head groups), so their sums compare equal work.
+  // Every candidate's unit, validated on P; the fewest items per unit of the last mode's units sets the range.
+  struct Built {
+    Candidate candidate;
+    dash::ValidationReport report;
+  };
+  std::vector<Built> built;
   int64_t fewest_items = std::numeric_limits<int64_t>::max();
-  for (Planner planner : dash::all_planners())
-    fewest_items = std::min<int64_t>(fewest_items,
-                                     dash::build_unvalidated(shape, planner, tiles, modes.back(), kCtas).header.items_per_unit);
+  for (GqaMode mode : modes) {
+    for (Planner planner : dash::all_planners()) {
+      const Plan unit = dash::build_unvalidated(shape, planner, tiles, mode, kCtas);
+      if (mode == modes.back()) fewest_items = std::min<int64_t>(fewest_items, unit.header.items_per_unit);
+      built.push_back({{mode, planner}, dash::validate_plan(unit, kCtas)});
+    }
+  }
+  // Both modes are simulated on the same problems (whole KV-head groups), so their sums compare equal work.
   const std::vector<Problem> canonical =
       canonical_problems(shape, modes.back(), grid, kCtas, std::max<int64_t>(fewest_items, 1));
   Problem guard = shape;
@@ -134,17 +144,12 @@ std::string rank_row(const Problem& shape) {
   guard.heads_q = guard.heads_kv * group;
 
   std::vector<Scored> scored;
-  for (GqaMode mode : modes) {
-    for (Planner planner : dash::all_planners()) {
-      const Candidate c{mode, planner};
-      const Plan unit = dash::build_unvalidated(shape, planner, tiles, mode, kCtas);
-      const dash::ValidationReport report = dash::validate_plan(unit, kCtas);
-      if (!report.ok) continue;  // its wave exceeds P
-      Scored s{c, 0, 0};
-      for (const Problem& p : canonical) s.throughput += makespan(p, c, cost, report.waits_only_backward);
-      s.small = makespan(guard, c, cost, report.waits_only_backward);
-      scored.push_back(s);
-    }
+  for (const Built& b : built) {
+    if (!b.report.ok) continue;  // its wave exceeds P
+    Scored s{b.candidate, 0, 0};
+    for (const Problem& p : canonical) s.throughput += makespan(p, b.candidate, cost, b.report.waits_only_backward);
+    s.small = makespan(guard, b.candidate, cost, b.report.waits_only_backward);
+    scored.push_back(s);
   }
   auto split_small = [&](Planner planner) {
     for (const Scored& s : scored)

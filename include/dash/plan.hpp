@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dash/geometry.hpp"
@@ -134,7 +135,12 @@ struct TemplateKey {
   int32_t group_size = 1;
   int32_t gqa_mode = 0;  // SplitHeads or PackGroup
   int32_t planner = 0;
-  bool operator==(const TemplateKey& o) const;
+  // Every field, for equality and hashing (one list, so a new field cannot be left out of either).
+  auto fields() const {
+    return std::tie(seqlen_q, seqlen_k, mask, window_left, window_right, head_dim, block_m, block_n, group_size,
+                    gqa_mode, planner);
+  }
+  bool operator==(const TemplateKey& o) const { return fields() == o.fields(); }
 };
 TemplateKey template_key(const Problem& problem, TileShape tiles, GqaMode mode, Planner planner);
 

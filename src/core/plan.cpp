@@ -7,6 +7,7 @@
 #include <list>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -32,12 +33,6 @@ std::string Schedule::name() const {
     case Kind::AutoFastest: return "auto-fastest";
   }
   return "?";
-}
-
-bool TemplateKey::operator==(const TemplateKey& o) const {
-  return seqlen_q == o.seqlen_q && seqlen_k == o.seqlen_k && mask == o.mask && window_left == o.window_left &&
-         window_right == o.window_right && head_dim == o.head_dim && block_m == o.block_m && block_n == o.block_n &&
-         group_size == o.group_size && gqa_mode == o.gqa_mode && planner == o.planner;
 }
 
 TemplateKey template_key(const Problem& problem, TileShape tiles, GqaMode mode, Planner planner) {
@@ -111,10 +106,8 @@ std::shared_ptr<const UnitTemplate> build_template(const TemplateKey& key) {
 
 struct KeyHash {
   size_t operator()(const TemplateKey& k) const {
-    const int32_t fields[] = {k.seqlen_q, k.seqlen_k,  k.mask,       k.window_left, k.window_right, k.head_dim,
-                              k.block_m,  k.block_n,   k.group_size, k.gqa_mode,    k.planner};
     uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
-    for (int32_t f : fields) h = (h ^ uint32_t(f)) * 1099511628211ull;
+    std::apply([&h](auto... f) { ((h = (h ^ uint32_t(f)) * 1099511628211ull), ...); }, k.fields());
     return size_t(h);
   }
 };

@@ -74,16 +74,4 @@ dash_status run_backward(KernelFamily family, const bwd::BwdParams& params, int3
   return DASH_ERROR_UNSUPPORTED;
 }
 
-dash_status backward_max_coresident(KernelFamily family, int32_t head_dim, dash_dtype dtype, int32_t& max_ctas,
-                                    std::string& error) {
-  switch (family) {
-    case KernelFamily::kHopper:
-      return with_instantiation(head_dim, dtype, [&](auto hd, auto dt) {
-        return hopper::bwd::max_coresident<decltype(hd)::value, decltype(dt)::value>(max_ctas, error);
-      });
-  }
-  error = "backward: unknown kernel family";
-  return DASH_ERROR_UNSUPPORTED;
-}
-
 }  // namespace dash::kernels

@@ -28,8 +28,5 @@ dash_status run_forward(KernelFamily family, const FwdLaunch& launch, std::strin
 // Preprocess, main (a plain launch of num_ctas persistent CTAs) and convert kernels of the backward.
 dash_status run_backward(KernelFamily family, const bwd::BwdParams& params, int32_t head_dim, dash_dtype dtype,
                          int32_t num_ctas, cudaStream_t stream, std::string& error);
-// Most CTAs of the backward's main kernel that can be co-resident on the current device.
-dash_status backward_max_coresident(KernelFamily family, int32_t head_dim, dash_dtype dtype, int32_t& max_ctas,
-                                    std::string& error);
 
 }  // namespace dash::kernels

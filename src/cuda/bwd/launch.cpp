@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bwd/launch.cpp — dash_bwd: after validation (validation.cpp), the wave check, the kernel parameters, the
+// bwd/launch.cpp — dash_bwd: after validation (validation.cpp), the kernel parameters, the
 // zeroing of the workspace's counters, and the kernels of the device's family (arch_dispatch.h).
 #include <cstdint>
 #include <string>
@@ -105,22 +105,10 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
   }
 
   // Every call is a plain launch of num_ctas CTAs (docs/DEADLOCK.md). The non-deterministic mode has no wait between
-  // CTAs. A deterministic plan progresses whenever `min_coresident_ctas` (its largest wave) of its CTAs run at once:
-  // plan_for checked that num_ctas holds the wave; here the device must be able to hold the wave at all. CTAs whose
-  // SMs other kernels hold start when those finish, or find no ticket left and exit.
-  if (deterministic && h.min_coresident_ctas > 1) {
-    int32_t capacity = 0;
-    if (dash_status s = dash::kernels::backward_max_coresident(family, a.problem.head_dim, a.dtype, capacity, error);
-        s != DASH_OK) {
-      return fail(s, "dash_bwd: " + error);
-    }
-    if (h.min_coresident_ctas > capacity) {
-      return fail(DASH_ERROR_UNSUPPORTED, "plan: its waits need " + std::to_string(h.min_coresident_ctas) +
-                                              " backward CTAs running at once, but this device holds at most " +
-                                              std::to_string(capacity) + " (use schedule descending or auto)");
-    }
-  }
-
+  // CTAs. A deterministic plan progresses whenever `min_coresident_ctas` (its wave) of its CTAs run at once, and
+  // plan_for checked wave <= num_ctas <= the SMs the context can use: one CTA fits an SM (else the launch fails), so
+  // an idle partition holds them all. CTAs whose SMs other kernels hold start when those finish, or find no ticket
+  // left and exit.
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const BwdParams params = make_params(a, *plan, deterministic, ws, w);
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);

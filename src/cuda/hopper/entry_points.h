@@ -31,17 +31,13 @@ namespace bwd {
 // and convert on `stream`.
 template <int kHeadDim, dash_dtype kDtype>
 dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStream_t stream, std::string& error);
-// Most CTAs of the main kernel that can be co-resident on the current device (occupancy x SMs).
-template <int kHeadDim, dash_dtype kDtype>
-dash_status max_coresident(int32_t& max_ctas, std::string& error);
 }  // namespace bwd
 
 #define DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, DTYPE)                                                          \
   extern template dash_status fwd::run<HDIM, DTYPE>(kernels::FwdLaunch const&, std::string&);                \
   extern template int fwd::smem_bytes<HDIM, DTYPE>();                                                         \
   extern template dash_status bwd::run<HDIM, DTYPE>(kernels::bwd::BwdParams const&, int32_t, cudaStream_t,       \
-                                                    std::string&);                                            \
-  extern template dash_status bwd::max_coresident<HDIM, DTYPE>(int32_t&, std::string&);
+                                                    std::string&);
 #define DASH_DECLARE_HOPPER_KERNELS(HDIM, ...)                 \
   DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, DASH_DTYPE_BF16)       \
   DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, DASH_DTYPE_FP16)

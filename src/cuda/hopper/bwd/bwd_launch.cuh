@@ -24,23 +24,6 @@ inline dash_status cuda_fail(std::string& error, const std::string& what, cudaEr
 }  // namespace detail
 
 template <int kHeadDim, dash_dtype kDtype>
-dash_status max_coresident(int32_t& max_ctas, std::string& error) {
-  using Config = BwdConfig<kHeadDim, kDtype>;
-  auto kernel = backward_kernel<Config>;
-  constexpr int kSmemBytes = smem_bytes_of<Config>();
-  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  if (status != cudaSuccess) return detail::cuda_fail(error, "cudaFuncSetAttribute(backward kernel smem)", status);
-  int per_sm = 0, device = 0, sms = 0;
-  status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Config::kThreads, kSmemBytes);
-  if (status != cudaSuccess) return detail::cuda_fail(error, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", status);
-  status = cudaGetDevice(&device);
-  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (status != cudaSuccess) return detail::cuda_fail(error, "cudaDeviceGetAttribute(MultiProcessorCount)", status);
-  max_ctas = per_sm * sms;
-  return DASH_OK;
-}
-
-template <int kHeadDim, dash_dtype kDtype>
 dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStream_t stream, std::string& error) {
   using namespace cute;
   using Config = BwdConfig<kHeadDim, kDtype>;
@@ -107,5 +90,4 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStr
 // One (head dim, dtype) of the backward: what each generated instantiation file expands.
 #define DASH_INSTANTIATE_HOPPER_BWD(HDIM, DTYPE)                                                                   \
   template dash_status dash::hopper::bwd::run<HDIM, DTYPE>(dash::kernels::bwd::BwdParams const&, int32_t,       \
-                                                           cudaStream_t, std::string&);                          \
-  template dash_status dash::hopper::bwd::max_coresident<HDIM, DTYPE>(int32_t&, std::string&);
+                                                           cudaStream_t, std::string&);
