@@ -4,7 +4,7 @@
 // 128: tiles 64 x 128) and both dtypes:
 //   - the dQ staging layout (a CuTe Swizzle over row-major kBlockM x kHeadDim fp32) equals the store warp's
 //     swz_f32<kHeadDim> at every position (the store warp reads what the MMA warpgroups write);
-//   - the transposed operand views (Q^T, dO^T per stage, K^T, dS = view of dS^T) address the same elements
+//   - the transposed operand views (Q^T, dO^T per stage, K^T, dS = view of dS^T per stage) address the same elements
 //     as the tiles they view;
 //   - the accumulator coordinate facts the MMA code relies on (additive thread offsets, warpgroup split,
 //     exact coverage, adjacent column pairs, the dQ split between the warpgroups);
@@ -26,9 +26,10 @@ int check(const char* name) {
       if (int(staging(r, c)) != r * C::kHeadDim + ((((c >> 2) ^ (r & 7))) << 2) + (c & 3)) ++bad;
   const auto ds = typename C::SmemLayoutdS{};
   const auto dst = typename C::SmemLayoutdSt{};
-  for (int q = 0; q < C::kBlockM; ++q)
-    for (int k = 0; k < C::kBlockN; ++k)
-      if (ds(q, k) != dst(k, q)) ++bad;
+  for (int st = 0; st < C::kDsStages; ++st)
+    for (int q = 0; q < C::kBlockM; ++q)
+      for (int k = 0; k < C::kBlockN; ++k)
+        if (ds(q, k, st) != dst(k, q, st)) ++bad;
   const auto qs = typename C::SmemLayoutQ{};
   const auto qt = typename C::SmemLayoutQt{};
   for (int s = 0; s < C::kQStages; ++s)

@@ -100,14 +100,26 @@ struct BwdConfig {
   using SmemLayoutKt = decltype(cute::composition(
       SmemLayoutKV{}, cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{},
                                                 cute::Step<cute::_2, cute::_1>{})));
-  // dS^T as the MMA warpgroups produce it: (key, query), query contiguous, SW128 (64 queries = 128 bytes),
+  // dS^T buffers. With two, alternating with the Q stage, a warpgroup may write visit v's dS^T while the other
+  // warpgroup's dQ GEMM of visit v - 1 still reads the other buffer, so the "dS free" barrier goes (visit v - 2's
+  // GEMMs, which read this buffer, completed before that warpgroup reached visit v - 1's "dS ready" barrier). The
+  // second buffer fits only at kBlockM = 64 (16 KB more; 32 KB at kBlockM = 128 would pass the 227 KB).
+  // DASH_BWD_DS_STAGES = 1 or 2 forces a count (experiments).
+#ifndef DASH_BWD_DS_STAGES
+#define DASH_BWD_DS_STAGES -1
+#endif
+  static constexpr int kDsStages = DASH_BWD_DS_STAGES > 0 ? DASH_BWD_DS_STAGES : (kBlockM == 64 ? 2 : 1);
+  static_assert(kDsStages == 1 || kDsStages == kQStages, "a dS^T buffer per Q stage, or one");
+  // dS^T as the MMA warpgroups produce it: (key, query, stage), query contiguous, SW128 (64 queries = 128 bytes),
   // written with stmatrix straight from the dS^T accumulator layout (no transpose) ...
-  using SmemLayoutdSt = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
-                                                     cute::Shape<cute::Int<kBlockN>, cute::Int<kBlockM>>{}));
-  // ... and the same bytes seen as the (query, key) A operand of dQ = dS K: MN-major (query contiguous).
+  using SmemLayoutdSt = decltype(cute::tile_to_shape(
+      cute::GMMA::Layout_K_SW128_Atom<Element>{},
+      cute::Shape<cute::Int<kBlockN>, cute::Int<kBlockM>, cute::Int<kDsStages>>{}));
+  // ... and the same bytes seen as the (query, key, stage) A operand of dQ = dS K: MN-major (query contiguous).
   using SmemLayoutdS = decltype(cute::composition(
-      SmemLayoutdSt{}, cute::make_ordered_layout(cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>>{},
-                                                 cute::Step<cute::_2, cute::_1>{})));
+      SmemLayoutdSt{},
+      cute::make_ordered_layout(cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kDsStages>>{},
+                                cute::Step<cute::_2, cute::_1, cute::_3>{})));
 
   // The store warp's fp32 staging tile (swz_f32<kHeadDim> in bwd_dq_handoff.cuh: 4-float chunks XOR
   // row & 7) as a CuTe swizzle on the row-major offset: bits [2, 5) ^= the row's low 3 bits, which start at
@@ -189,7 +201,7 @@ struct BwdSmem {
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutQ>, 1024> dout;  // 2 stages
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> k;
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> v;
-  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutdSt>, 1024> ds;  // dS^T
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutdSt>, 1024> ds;  // dS^T, kDsStages
   // The store warps' staging buffers: row-major fp32 in swz_f32 chunks (bwd_dq_handoff.cuh).
   alignas(128) float dq[kDqStages][kBlockM * kHeadDim];
   alignas(128) float lse2[Config::kQStages][kBlockM];   // bulk-copy destinations: 16-byte aligned
@@ -221,7 +233,7 @@ constexpr int smem_bytes_of() {
 // use none).
 enum MmaNamedBarrier : uint32_t {
   kBarMma = 1,      // generic: all MMA threads (split-GQA release, item done)
-  kBarDsFree = 2,   // both warpgroups' previous dQ GEMMs (which read sdS) are complete
+  kBarDsFree = 2,   // (one dS^T buffer only) both warpgroups' previous dQ GEMMs (which read sdS) are complete
   kBarDsReady = 3,  // both warpgroups' dS^T halves are written and fenced for the async proxy
 };
 __device__ __forceinline__ void mma_barrier(uint32_t id) {
@@ -433,10 +445,12 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   Tensor tScS0 = mma_sdp.get_thread_slice(0).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
   Tensor tdKVc = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));    // (key, dim)
   Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));      // (query, dim)
-  // dS^T registers -> sdSt with stmatrix (the forward's O-store idiom), addresses = base + constants.
+  // dS^T registers -> sdSt with stmatrix (the forward's O-store idiom), addresses = base + constants. The store
+  // goes through the position-independent form of the swizzled tile (the swizzle applied to 32-bit element
+  // offsets): through the pointer form, every visit recomputed the addresses as 64-bit generic pointers.
   auto ds_store = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Config::MmaSdP{});
   auto thr_ds_store = ds_store.get_thread_slice(thread);
-  Tensor tdSsdS = thr_ds_store.partition_D(sdSt);
+  Tensor tdSsdS = thr_ds_store.partition_D(as_position_independent_swizzle_tensor(sdSt));
   Tensor tdSr_store = thr_ds_store.retile_S(tdSr);
 
   PipelineState<Config::kQStages> q_state;
@@ -515,12 +529,15 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       }
       if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dkv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
 
-      // BARRIER (dS free): the other warpgroup's dQ GEMM of the previous visit read sdS; it completed
-      // (warpgroup_wait<0> below) before that warpgroup reached this barrier. tdSr is not yet an operand of
-      // any wgmma here: PTX makes even reading the A registers of an in-flight wgmma undefined, which is why
-      // dK += dS^T Q is issued only after this store.
-      mma_barrier(kBarDsFree);
-      copy(ds_store, tdSr_store, tdSsdS);
+      // BARRIER (dS free), with one dS^T buffer: the other warpgroup's dQ GEMM of the previous visit read sdS;
+      // it completed (warpgroup_wait<0> below) before that warpgroup reached this barrier. With two buffers
+      // (Config::kDsStages) this visit's buffer was last read by visit v - 2's dQ GEMMs, complete before either
+      // warpgroup passed visit v - 1's "dS ready" barrier below, so no barrier is needed. tdSr is not yet an
+      // operand of any wgmma here: PTX makes even reading the A registers of an in-flight wgmma undefined, which
+      // is why dK += dS^T Q is issued only after this store.
+      const int ds_stage = Config::kDsStages == 1 ? 0 : st;
+      if constexpr (Config::kDsStages == 1) mma_barrier(kBarDsFree);
+      copy(ds_store, tdSr_store, tdSsdS(_, _, _, ds_stage));
       // Generic-proxy writes read by wgmma (async proxy): each writer fences, then the barrier makes all
       // 128 x kBlockM values (both warpgroups' halves) visible before either warpgroup issues dQ.
       cutlass::arch::fence_view_async_shared();
@@ -529,7 +546,8 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       // dQ[:, 64w..] = dS K[:, 64w..] (both from smem) first, then dK_w += dS^T Q (A = dS^T from registers):
       // the dQ partial is handed to the store warps while the dK GEMM still runs, which hides the staging copy
       // and gives the ordered add of a deterministic run a head start on the next visit.
-      warpgroup_gemm<true, false>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+      Tensor tdQrdS_stage = tdQrdS(_, _, _, ds_stage);
+      warpgroup_gemm<true, false>(mma_dq, tdQrdS_stage, tdQrKt, tdQrdQ);
       warpgroup_gemm<false, true>(mma_dkv, tdSa, tdKrQt(_, _, _, st), tdKrdK);
       // WAIT (wgmma): groups complete in commit order (dV, dQ, dK), so at most one pending means dV and dQ are
       // complete. Only the dK GEMM (accumulator tdKrdK, A registers tdSr) is in flight below: its registers

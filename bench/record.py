@@ -1,0 +1,431 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The benchmark of record: dash-attn beside FA3, FA4 and cuDNN in one process, with one timer.
+
+Follows shared/docs/benchmark-protocol.md (outside the repo): bf16, 16,384 tokens per batch, hidden 2048 (16 heads
+at head dim 128, 32 at 64), full and causal, plus the GQA rows (causal, head dim 128: 32/8 heads at 1k-8k tokens,
+28/4 at 4k and 8k). Every figure is the median of 10 calls queued back to back, each between its own pair of CUDA
+events (host overhead hidden, as in a training loop that runs ahead of the GPU), after 3 warm-ups. The
+implementations of one config are interleaved, and the whole set is repeated `--repeats` times; a row's TFLOP/s is
+the median over the repeats, and each ratio is the median of the per-repeat ratios.
+
+Each implementation is timed through the entry point its users call:
+- dash-attn: torch.ops.dash_attn.fwd / bwd (every schedule, auto, and deterministic=False);
+- FA3 upstream: torch.ops.flash_attn_3.fwd / bwd from a library built from shared/fa3kit (--fa3 PATH/_C.so), the
+  backward allocating its own dq/dk/dv as flash_attn_interface's autograd does;
+- FA4 (flash_attn.cute, if importable; shared/docs/fa4-on-h200.md) and cuDNN SDPA: the backward is autograd.grad on
+  a retained graph, i.e. only the backward's kernels.
+
+    python3 bench/record.py --out bench/results/record.jsonl [--quick] [--fa3 /tmp/fa3/_C.so] [--fa4] [--long]
+
+--quick: four configs, dash-attn (non-det, auto) and FA3 only, for iterating. --long: extra memory and time at
+32k-128k tokens (causal, head dim 128, MHA and 32/8). Writes one JSON line per (config, impl, mode[, schedule]) and
+prints one table with the ratios the kernel-efficiency issue tracks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import dash_attn  # noqa: F401  (registers torch.ops.dash_attn)
+from dash_attn import _abi
+
+GRID_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+TOKENS = 16384
+GQA_ROWS = [(32, 8, 1024), (32, 8, 2048), (32, 8, 4096), (32, 8, 8192), (28, 4, 4096), (28, 4, 8192)]
+QUICK = ["b2_s8192_hq16_hkv16_d128_causal", "b4_s4096_hq16_hkv16_d128_full", "b2_s8192_hq32_hkv32_d64_causal",
+         "b2_s8192_hq32_hkv8_d128_causal"]
+LONG_ROWS = [(1, s, hq, hkv, 128, True) for s in (32768, 65536, 131072) for hq, hkv in ((16, 16), (32, 8))]
+
+
+def config_name(b, s, hq, hkv, d, causal):
+    return f"b{b}_s{s}_hq{hq}_hkv{hkv}_d{d}_{'causal' if causal else 'full'}"
+
+
+def grid():
+    rows = []
+    for d, h in ((128, 16), (64, 32)):
+        for s in GRID_SEQLENS:
+            for causal in (False, True):
+                rows.append((TOKENS // s, s, h, h, d, causal))
+    rows += [(TOKENS // s, s, hq, hkv, 128, True) for hq, hkv, s in GQA_ROWS]
+    return rows
+
+
+def forward_flops(b, s, hq, d, causal):
+    """The protocol's count (dash_attention_flops): causal with equal lengths is half of full."""
+    return _abi.attention_flops(_abi.make_problem(b, hq, hq, s, s, d, causal), backward=False)
+
+
+def time_cuda(fn, warmup=3, reps=10):
+    """Per-call GPU times (ms) of `reps` calls queued back to back after `warmup` calls, synchronised once."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events]
+
+
+def host_us(fn, calls=20):
+    """CPU time to enqueue one call (µs, median), the GPU queue kept busy; separate from the throughput."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+class Case:
+    """Inputs of one config in the (batch, seqlen, heads, head_dim) layout, seeded per config."""
+
+    def __init__(self, b, s, hq, hkv, d, causal):
+        self.b, self.s, self.hq, self.hkv, self.d, self.causal = b, s, hq, hkv, d, causal
+        self.name = config_name(b, s, hq, hkv, d, causal)
+        g = torch.Generator(device="cuda")
+        g.manual_seed(1234 + s + 7 * d + hq + hkv + int(causal))
+        kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
+        self.q = torch.randn(b, s, hq, d, **kw)
+        self.k = torch.randn(b, s, hkv, d, **kw)
+        self.v = torch.randn(b, s, hkv, d, **kw)
+        self.do = torch.randn(b, s, hq, d, **kw)
+        self.scale = d ** -0.5
+        self.fwd_flops = forward_flops(b, s, hq, d, causal)
+
+
+class Impl:
+    """One (impl, mode, schedule) of one config: `run()` is the timed call; `grads()` returns (dq, dk, dv) or the
+    output, fresh tensors, for the bitwise and sanity checks."""
+
+    def __init__(self, impl, mode, run, result, schedule=None):
+        self.impl, self.mode, self.schedule, self.run, self.result = impl, mode, schedule, run, result
+
+    @property
+    def key(self):
+        return (self.impl, self.mode, self.schedule)
+
+
+def dash_impls(case, schedules, with_det=True):
+    ops = torch.ops.dash_attn
+    o, lse = ops.fwd(case.q, case.k, case.v, case.causal, case.scale, True, "auto")
+
+    def fwd():
+        return ops.fwd(case.q, case.k, case.v, case.causal, case.scale, True, "auto")
+
+    def bwd(det, schedule):
+        return lambda: ops.bwd(case.do, case.q, case.k, case.v, o, lse, case.causal, case.scale, det, schedule)
+
+    out = [Impl("dash-attn", "forward", fwd, lambda: fwd()[0]),
+           Impl("dash-attn", "nondeterministic", bwd(False, "auto"), bwd(False, "auto"), "auto")]
+    if with_det:
+        out += [Impl("dash-attn", "deterministic", bwd(True, s), bwd(True, s), s) for s in schedules]
+    return out
+
+
+def fa3_impls(case, fa3):
+    out, lse = fa3.fwd(case.q, case.k, case.v, softmax_scale=case.scale, is_causal=case.causal, num_splits=1)[:2]
+
+    def fwd():
+        return fa3.fwd(case.q, case.k, case.v, softmax_scale=case.scale, is_causal=case.causal, num_splits=1)
+
+    def bwd(det):
+        # Positional, as flash_attn_interface's backward calls it. The op writes the gradients into dq/dk/dv and
+        # returns its workspace; the outputs are allocated per call, as its autograd function (and our op) does.
+        # The trailing 0 is FA3's sm_margin.
+        def call():
+            dq, dk, dv = torch.empty_like(case.q), torch.empty_like(case.k), torch.empty_like(case.v)
+            fa3.bwd(case.do, case.q, case.k, case.v, out, lse, dq, dk, dv,
+                    None, None, None, None, None, None, case.scale, case.causal, -1, -1, 0.0, det, 0)
+            return dq, dk, dv
+        return call
+
+    return [Impl("fa3", "forward", fwd, lambda: fwd()[0]),
+            Impl("fa3", "nondeterministic", bwd(False), bwd(False)),
+            Impl("fa3", "deterministic", bwd(True), bwd(True))]
+
+
+def autograd_impls(name, case, forward, modes):
+    """Backward as autograd.grad on a retained graph (only the backward's kernels run), forward under no_grad."""
+    q, k, v = (t.detach().requires_grad_(True) for t in (case.q, case.k, case.v))
+
+    def fwd():
+        with torch.no_grad():
+            return forward(q, k, v, False)
+
+    out = [Impl(name, "forward", fwd, fwd)]
+    for mode in modes:
+        o = forward(q, k, v, mode == "deterministic")
+
+        def bwd(o=o):
+            return torch.autograd.grad(o, (q, k, v), case.do, retain_graph=True)
+
+        out.append(Impl(name, mode, bwd, bwd))
+    return out
+
+
+def cudnn_forward(case):
+    group = case.hq // case.hkv
+
+    def forward(q, k, v, _det):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               is_causal=case.causal, scale=case.scale, enable_gqa=group > 1)
+        return o.transpose(1, 2)
+
+    return forward
+
+
+def fa4_forward(case, fa4_func):
+    def forward(q, k, v, det):
+        o = fa4_func(q, k, v, softmax_scale=case.scale, causal=case.causal, deterministic=det)
+        return o[0] if isinstance(o, tuple) else o
+
+    return forward
+
+
+def rel_err(x, ref):
+    x, ref = x.float(), ref.float()
+    return float((x - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def check(impl, reference):
+    """Bitwise equality over 3 fresh runs (recorded for every mode) and the relative error to `reference`."""
+    runs = []
+    for _ in range(3):
+        r = impl.result()
+        runs.append(tuple(t.clone() for t in (r if isinstance(r, (tuple, list)) else (r,))))
+    torch.cuda.synchronize()
+    same = all(torch.equal(a, b) for other in runs[1:] for a, b in zip(runs[0], other))
+    errs = None
+    if reference is not None:
+        errs = [round(rel_err(a, b), 5) for a, b in zip(runs[0], reference)]
+    return same, errs, runs[0]
+
+
+def extra_memory_bytes(fn):
+    """Peak device memory one call allocates beyond what was allocated before it (outputs included)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    r = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del r
+    return peak
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def load_fa3(path):
+    torch.ops.load_library(path)  # registers torch.ops.flash_attn_3 (third-party, measured, never shipped)
+    return torch.ops.flash_attn_3
+
+
+def run_config(case, impls, repeats, reference_key, warmup=3, reps=10):
+    """Times every impl `repeats` times, interleaved; returns {key: [median ms per repeat]} and the check results."""
+    per_repeat = {i.key: [] for i in impls}
+    all_times = {i.key: [] for i in impls}
+    for _ in range(repeats):
+        for impl in impls:
+            times = time_cuda(impl.run, warmup, reps)
+            per_repeat[impl.key].append(statistics.median(times))
+            all_times[impl.key] += times
+    checks = {}
+    ref_impl = next((i for i in impls if i.key == reference_key), None)
+    reference = check(ref_impl, None)[2] if ref_impl else None
+    for impl in impls:
+        ref = reference if impl.mode != "forward" else None
+        checks[impl.key] = check(impl, ref)[:2]
+    return per_repeat, all_times, checks
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="JSON lines file (appended)")
+    ap.add_argument("--fa3", help="FA3 upstream _C.so built from shared/fa3kit")
+    ap.add_argument("--fa4", action="store_true", help="time FA4 (flash_attn.cute) too; it must be importable")
+    ap.add_argument("--quick", action="store_true", help="four configs, dash-attn non-det / auto and FA3 only")
+    ap.add_argument("--long", action="store_true", help="also 32k-128k tokens: time and extra memory")
+    ap.add_argument("--configs", help="comma-separated config names (default: the grid)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--commit", default=None)
+    ap.add_argument("--no-cudnn", action="store_true")
+    ap.add_argument("--schedules", help="comma-separated dash-attn schedules for the deterministic rows (default: all "
+                    "but auto-fastest; --quick: auto)")
+    ap.add_argument("--tag", help="a name for this build of dash-attn, written into every row (A/B runs)")
+    ap.add_argument("--only", help="IMPL/MODE[/SCHEDULE]: run that one 5 times on the first config and exit (for ncu)")
+    args = ap.parse_args()
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    props = torch.cuda.get_device_properties(0)
+    env = dict(commit=args.commit or git_commit(), call_id=uuid.uuid4().hex[:12], gpu=torch.cuda.get_device_name(0),
+               sm_count=props.multi_processor_count, torch=torch.__version__, cuda=torch.version.cuda,
+               dtype="bfloat16", timer="cuda-events back to back, median of 10 after 3 warm-ups")
+    fa3 = load_fa3(args.fa3) if args.fa3 else None
+    fa4_func = None
+    if args.fa4:
+        from flash_attn.cute import flash_attn_func as fa4_func  # noqa: N813 (third-party, measured)
+    schedules = [s for s in _abi.SCHEDULES if s != "auto-fastest"]
+    if args.quick:
+        schedules = ["auto"]
+    if args.schedules:
+        schedules = args.schedules.split(",")
+    if args.tag:
+        env["tag"] = args.tag
+    rows = grid()
+    if args.configs or args.quick:
+        wanted = set(args.configs.split(",")) if args.configs else set(QUICK)
+        rows = [r for r in rows + LONG_ROWS if config_name(*r) in wanted]
+        missing = wanted - {config_name(*r) for r in rows}
+        if missing:
+            sys.exit(f"record.py: unknown config(s): {', '.join(sorted(missing))}")
+    if args.only:
+        case = Case(*rows[0])
+        impls = dash_impls(case, schedules if not args.quick else _abi.SCHEDULES)
+        impls += fa3_impls(case, fa3) if fa3 is not None else []
+        want = tuple(args.only.split("/")) + (None,) * (3 - len(args.only.split("/")))
+        chosen = [i for i in impls if i.key == want]
+        if not chosen:
+            sys.exit(f"record.py: --only {args.only}: no such implementation (have {[i.key for i in impls]})")
+        for _ in range(5):
+            chosen[0].run()
+        torch.cuda.synchronize()
+        return
+    out = open(args.out, "a")
+    table = []
+    for r in rows:
+        case = Case(*r)
+        impls = dash_impls(case, schedules)
+        if fa3 is not None:
+            impls += fa3_impls(case, fa3)
+        others = []
+        if not args.quick and not args.no_cudnn:
+            others.append(("cudnn", cudnn_forward(case), ["nondeterministic"]))
+        if fa4_func is not None:
+            others.append(("fa4", fa4_forward(case, fa4_func), ["nondeterministic", "deterministic"]))
+        for name, forward, modes in others:
+            try:
+                impls += autograd_impls(name, case, forward, modes)
+            except Exception as e:  # noqa: BLE001 - a row says it could not run; the record goes on
+                error = f"{type(e).__name__}: {e}"[:300]
+                print(f"{case.name}: {name} did not run: {error}", flush=True)
+                out.write(json.dumps(dict(env, config=case.name, impl=name, mode="all", error=error)) + "\n")
+        per_repeat, all_times, checks = run_config(case, impls, args.repeats,
+                                                   ("cudnn", "nondeterministic", None) if not args.quick
+                                                   and not args.no_cudnn else ("fa3", "nondeterministic", None))
+        results = {}
+        for impl in impls:
+            flops = case.fwd_flops * (1.0 if impl.mode == "forward" else 2.5)
+            tf = [flops / (ms * 1e-3) / 1e12 for ms in per_repeat[impl.key]]
+            same, errs = checks[impl.key]
+            row = dict(env, config=case.name, impl=impl.impl, mode=impl.mode, schedule=impl.schedule,
+                       tflops=round(statistics.median(tf), 1), tflops_per_repeat=[round(t, 1) for t in tf],
+                       median_ms=round(statistics.median(all_times[impl.key]), 5),
+                       min_ms=round(min(all_times[impl.key]), 5), max_ms=round(max(all_times[impl.key]), 5),
+                       flops=flops, bitwise_identical_3_runs=same, rel_err_vs_reference=errs,
+                       B=case.b, S=case.s, Hq=case.hq, Hkv=case.hkv, D=case.d, causal=case.causal)
+            if impl.mode != "forward" and impl.impl in ("dash-attn", "fa3") and (impl.schedule in (None, "auto")):
+                row["host_us_per_call"] = round(host_us(impl.run), 1)
+            if args.long and case.s >= 32768 and impl.mode != "forward":
+                row["extra_memory_bytes"] = extra_memory_bytes(impl.run)
+            results[impl.key] = (row, per_repeat[impl.key])
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+        table.append((case, results))
+        print_config(case, results, flush=True)
+        del case, impls
+        torch.cuda.empty_cache()
+    if args.long and not (args.configs or args.quick):
+        for r in LONG_ROWS:
+            case = Case(*r)
+            impls = [i for i in dash_impls(case, ["auto"]) if i.mode != "forward"]
+            if fa3 is not None:
+                impls += [i for i in fa3_impls(case, fa3) if i.mode != "forward"]
+            # Seconds per call at 128k tokens: 1 warm-up, 5 timed calls.
+            per_repeat, all_times, checks = run_config(case, impls, 1, ("fa3", "nondeterministic", None), 1, 5)
+            for impl in impls:
+                flops = case.fwd_flops * 2.5
+                ms = statistics.median(all_times[impl.key])
+                row = dict(env, config=case.name, impl=impl.impl, mode=impl.mode, schedule=impl.schedule,
+                           tflops=round(flops / (ms * 1e-3) / 1e12, 1), median_ms=round(ms, 5),
+                           min_ms=round(min(all_times[impl.key]), 5), max_ms=round(max(all_times[impl.key]), 5),
+                           bitwise_identical_3_runs=checks[impl.key][0], rel_err_vs_reference=checks[impl.key][1],
+                           extra_memory_bytes=extra_memory_bytes(impl.run), B=case.b, S=case.s, Hq=case.hq,
+                           Hkv=case.hkv, D=case.d, causal=case.causal)
+                out.write(json.dumps(row) + "\n")
+                print(f"{case.name:34s} {impl.impl:9s} {impl.mode:16s} {row['tflops']:6.1f} TFLOP/s  extra memory "
+                      f"{row['extra_memory_bytes'] / 1e9:.2f} GB  bitwise {row['bitwise_identical_3_runs']}", flush=True)
+            del case, impls
+            torch.cuda.empty_cache()
+    out.close()
+    print_summary(table)
+
+
+def _ratio(results, num, den):
+    """Median over repeats of num/den time ratios, inverted to a speed ratio (num faster -> > 1)."""
+    if num not in results or den not in results:
+        return None
+    return statistics.median(d / n for n, d in zip(results[num][1], results[den][1]))
+
+
+def _best(results, mode, exclude=()):
+    cands = [k for k in results if k[1] == mode and k[0] not in exclude]
+    return max(cands, key=lambda k: results[k][0]["tflops"]) if cands else None
+
+
+def print_config(case, results, flush=False):
+    cells = [f"{k[0]}/{k[1][:3]}{'/' + k[2] if k[2] else ''}={results[k][0]['tflops']:.0f}" for k in results]
+    print(f"{case.name:34s} " + " ".join(cells), flush=flush)
+
+
+def print_summary(table):
+    print("\nratios (median of per-repeat ratios); det = dash-attn deterministic, schedule auto")
+    head = ("config", "det", "nd", "fa3 nd", "fa3 det", "fa4 det", "det/best-nd", "det/fa4det", "nd/fa3nd", "nd/fa4nd",
+            "fwd/best")
+    print(" ".join(f"{h:>11s}" if i else f"{h:34s}" for i, h in enumerate(head)))
+    for case, res in table:
+        det = ("dash-attn", "deterministic", "auto")
+        nd = ("dash-attn", "nondeterministic", "auto")
+        best_nd = _best(res, "nondeterministic")
+        best_other_fwd = _best(res, "forward", exclude=("dash-attn",))
+
+        def tf(k):
+            return f"{res[k][0]['tflops']:.0f}" if k in res else "-"
+
+        def rt(a, b):
+            r = _ratio(res, a, b) if b else None
+            return f"{r:.3f}" if r is not None else "-"
+
+        cells = [tf(det), tf(nd), tf(("fa3", "nondeterministic", None)), tf(("fa3", "deterministic", None)),
+                 tf(("fa4", "deterministic", None)), rt(det, best_nd), rt(det, ("fa4", "deterministic", None)),
+                 rt(nd, ("fa3", "nondeterministic", None)), rt(nd, ("fa4", "nondeterministic", None)),
+                 rt(("dash-attn", "forward", None), best_other_fwd)]
+        print(f"{case.name:34s} " + " ".join(f"{c:>11s}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()

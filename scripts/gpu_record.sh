@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# gpu_record.sh — one device call for the benchmark of record (bench/record.py: dash-attn beside FA3, cuDNN and, when
+# importable, FA4, in one process) and, optionally, Nsight Compute profiles of our backward kernel and FA3's on the
+# same configs (details + per-SASS stall samples as CSV, summarised by scripts/ncu_stalls.py).
+#
+#   scripts/gpu_record.sh --build-dir DIR --fa3 SO [--quick] [--long] [--fa4] [--profile CONFIG,...] [--mode M]
+#                         [--no-record] [--configs LIST] [--profile-impls "dash-attn fa3"]
+#
+# SO is FA3 upstream's _C.so built from shared/fa3kit (`build.py upstream DIR`; build it on the development machine
+# and carry it, 6 MB, or build it on the H200). Outputs go to $OUT (or out/): record-<commit>.jsonl, record.log, and
+# ncu-<impl>-<config>.tar.gz per profile with ncu-summary.log.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="${OUT:-$root/out}"
+mkdir -p "$out"
+build="$root/build"
+fa3=""
+record_args=()
+profiles=""
+mode=nondeterministic
+record=1
+profile_impls="dash-attn fa3"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build="$2"; shift 2 ;;
+    --fa3) fa3="$2"; shift 2 ;;
+    --quick|--long|--fa4) record_args+=("$1"); shift ;;
+    --configs) record_args+=(--configs "$2"); shift 2 ;;
+    --profile) profiles="$2"; shift 2 ;;
+    --mode) mode="$2"; shift 2 ;;
+    --no-record) record=0; shift ;;
+    --profile-impls) profile_impls="$2"; shift 2 ;;
+    *) echo "unknown argument $1"; exit 2 ;;
+  esac
+done
+export DASH_ATTN_LIBRARY="$build/libdash_attn.so" PYTHONPATH="$root/python:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+for dir in /usr/local/cuda/lib64 $(python3 -c 'import nvidia, os; print(os.path.dirname(nvidia.__file__))' 2>/dev/null)/cuda_runtime/lib; do
+  [ -d "$dir" ] && export LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}"
+done
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit-dirty"
+fa3_args=()
+[ -n "$fa3" ] && fa3_args=(--fa3 "$fa3")
+
+if [ "$record" = 1 ]; then
+  timeout 560 python3 "$root/bench/record.py" --out "$out/record-$commit.jsonl" --commit "$commit" "${fa3_args[@]}" \
+    "${record_args[@]}" 2>&1 | tee "$out/record.log" | tail -60
+fi
+
+# Profiles: the third backward launch of `record.py --only` (two warm-ups before it).
+IFS=, read -r -a configs <<<"$profiles"
+for config in "${configs[@]}"; do
+  [ -z "$config" ] && continue
+  for name in $profile_impls; do
+    impl="$name/$mode"
+    [ "$name" = dash-attn ] && impl="$impl/auto"
+    [ "$name" = fa3 ] && [ -z "$fa3" ] && continue
+    # FA3's kernels are all cutlass::device_kernel<...>: match the main one on its demangled template argument.
+    name_args=(--kernel-name regex:backward_kernel)
+    [ "$name" = fa3 ] && name_args=(--kernel-name-base demangled --kernel-name regex:FlashAttnBwdSm90)
+    tag="${impl%%/*}-$mode-$config"
+    tmp=$(mktemp -d)
+    timeout 240 ncu --clock-control none "${name_args[@]}" --launch-skip 2 --launch-count 1 --set full \
+      --import-source no -f -o "$tmp/prof" \
+      python3 "$root/bench/record.py" --out /dev/null --configs "$config" --only "$impl" "${fa3_args[@]}" \
+      >"$tmp/ncu-run.log" 2>&1
+    echo "ncu rc=$? ($tag)"; tail -3 "$tmp/ncu-run.log"
+    ncu -i "$tmp/prof.ncu-rep" --page details --csv >"$tmp/details.csv" 2>&1
+    ncu -i "$tmp/prof.ncu-rep" --page source --csv --print-source sass >"$tmp/source.csv" 2>&1
+    { echo "== $tag"; python3 "$root/scripts/ncu_stalls.py" "$tmp/source.csv" --top 16; } 2>&1 | tee -a "$out/ncu-summary.log"
+    tar -C "$tmp" -czf "$out/ncu-$tag.tar.gz" details.csv source.csv ncu-run.log
+    rm -rf "$tmp"
+  done
+done
