@@ -204,6 +204,7 @@ class DevicePlan:
         check(LIB.dash_plan_create(ctypes.byref(problem), schedule.encode(), num_ctas, gqa_mode,
                                    ctypes.byref(handle)))
         self.handle = handle
+        self.workspace_bytes = None  # dash_bwd_workspace_size, filled in by the first backward with this plan
 
     @property
     def note(self) -> str:

@@ -147,8 +147,12 @@ def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax
         o = torch.empty_like(q, memory_format=torch.contiguous_format)
         args = _abi.FwdArgs(problem=problem, dtype=_GPU_DTYPES[q.dtype], q=_tensor(q), k=_tensor(k), v=_tensor(v),
                             o=_tensor(o), lse=lse.data_ptr(), softmax_scale=softmax_scale)
-        with torch.cuda.device(q.device):  # the C ABI launches on the current device
-            check(LIB.dash_fwd(ctypes.byref(args), None, 0, torch.cuda.current_stream(q.device).cuda_stream))
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        if torch.cuda.current_device() == q.device.index:
+            check(LIB.dash_fwd(ctypes.byref(args), None, 0, stream))
+        else:
+            with torch.cuda.device(q.device):  # the C ABI launches on the current device
+                check(LIB.dash_fwd(ctypes.byref(args), None, 0, stream))
         return o, lse
     q32, k32, v32 = (t.float().contiguous() for t in (q, k, v))
     o32 = torch.empty_like(q32)
@@ -180,15 +184,26 @@ def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
         args = _abi.BwdArgs(problem=problem, dtype=_GPU_DTYPES[q.dtype], q=_tensor(q), k=_tensor(k), v=_tensor(v),
                             o=_tensor(o), dout=_tensor(dout), lse=lse.data_ptr(), dq=_tensor(dq), dk=_tensor(dk),
                             dv=_tensor(dv), softmax_scale=softmax_scale, debug_order_log=None)
-        nbytes = LIB.dash_bwd_workspace_size(ctypes.byref(args), plan.handle)
-        if nbytes == 0:
-            check(1)
-        workspace = torch.empty(nbytes + 256, dtype=torch.uint8, device=q.device)
-        base = workspace.data_ptr()
-        aligned = (base + 255) // 256 * 256  # the kernels want 256-byte aligned workspace
-        with torch.cuda.device(q.device):  # the C ABI launches on the current device
-            check(LIB.dash_bwd(ctypes.byref(args), plan.handle, int(deterministic), aligned, nbytes,
-                               torch.cuda.current_stream(q.device).cuda_stream))
+        # The workspace size depends on the problem and the plan only: asked once per plan (the query validates
+        # every tensor, as dash_bwd does again below).
+        nbytes = plan.workspace_bytes
+        if nbytes is None:
+            nbytes = LIB.dash_bwd_workspace_size(ctypes.byref(args), plan.handle)
+            if nbytes == 0:
+                check(1)
+            plan.workspace_bytes = nbytes
+        # The kernels want a 256-byte aligned workspace; PyTorch's CUDA allocator returns 512-byte aligned blocks,
+        # so the slack is only asked for when that does not hold.
+        workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+        if workspace.data_ptr() % 256 != 0:
+            workspace = torch.empty(nbytes + 256, dtype=torch.uint8, device=q.device)
+        aligned = (workspace.data_ptr() + 255) // 256 * 256
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        if torch.cuda.current_device() == q.device.index:
+            check(LIB.dash_bwd(ctypes.byref(args), plan.handle, int(deterministic), aligned, nbytes, stream))
+        else:
+            with torch.cuda.device(q.device):  # the C ABI launches on the current device
+                check(LIB.dash_bwd(ctypes.byref(args), plan.handle, int(deterministic), aligned, nbytes, stream))
         return dq, dk, dv
     plan = _abi.HostPlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO)
     q32, k32, v32, o32, do32 = (t.float().contiguous() for t in (q, k, v, o, dout))

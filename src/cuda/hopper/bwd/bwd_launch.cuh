@@ -5,6 +5,8 @@
 // (src/cuda/CMakeLists.txt). Validation and the zeroing of the workspace live in src/cuda/bwd/.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include <cuda_runtime_api.h>
@@ -67,17 +69,25 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStr
   {
     auto kernel = backward_kernel<Config>;
     constexpr int kSmemBytes = smem_bytes_of<Config>();
-    cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (status != cudaSuccess) return detail::cuda_fail(error, "cudaFuncSetAttribute(backward kernel smem)", status);
+    // The shared-memory opt-in is a property of the function on its device: set once per device (a per-call
+    // cudaFuncSetAttribute was part of the host time per call).
+    int device = 0;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status != cudaSuccess) return detail::cuda_fail(error, "cudaGetDevice", status);
+    static std::atomic<uint64_t> smem_configured{0};  // bit d: done on device d (devices >= 64: every call)
+    const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+    if (bit == 0 || (smem_configured.load(std::memory_order_acquire) & bit) == 0) {
+      status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+      if (status != cudaSuccess) return detail::cuda_fail(error, "cudaFuncSetAttribute(backward kernel smem)", status);
+      smem_configured.fetch_or(bit, std::memory_order_release);
+    }
     kernel<<<unsigned(num_ctas), unsigned(Config::kThreads), kSmemBytes, stream>>>(kernel_params);
     if ((status = cudaGetLastError()) != cudaSuccess) return detail::cuda_fail(error, "launch of backward kernel", status);
   }
-  // 3. fp32 accumulators -> outputs, grid-stride over the elements.
+  // 3. fp32 accumulators -> outputs, grid-stride over the elements (8 blocks per CTA of the main kernel: the grid
+  // size changes no result).
   {
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    bwd_convert<kHeadDim, StdElement><<<unsigned(sms * 8), 256, 0, stream>>>(params);
+    bwd_convert<kHeadDim, StdElement><<<unsigned(num_ctas * 8), 256, 0, stream>>>(params);
     if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
       return detail::cuda_fail(error, "launch of bwd_convert", status);
     }
