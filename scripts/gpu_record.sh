@@ -38,8 +38,8 @@ export DASH_ATTN_LIBRARY="$build/libdash_attn.so" PYTHONPATH="$root/python:${PYT
 for dir in /usr/local/cuda/lib64 $(python3 -c 'import nvidia, os; print(os.path.dirname(nvidia.__file__))' 2>/dev/null)/cuda_runtime/lib; do
   [ -d "$dir" ] && export LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}"
 done
-commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
-[ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit-dirty"
+commit=${DASH_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+[ -z "${DASH_COMMIT:-}" ] && [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] && commit="$commit-dirty"
 fa3_args=()
 [ -n "$fa3" ] && fa3_args=(--fa3 "$fa3")
 
