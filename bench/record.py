@@ -113,7 +113,7 @@ class Case:
 
 
 class Impl:
-    """One (impl, mode, schedule) of one config: `run()` is the timed call; `grads()` returns (dq, dk, dv) or the
+    """One (impl, mode, schedule) of one config: `run()` is the timed call; `result()` returns (dq, dk, dv) or the
     output, fresh tensors, for the bitwise and sanity checks."""
 
     def __init__(self, impl, mode, run, result, schedule=None):
@@ -124,7 +124,7 @@ class Impl:
         return (self.impl, self.mode, self.schedule)
 
 
-def dash_impls(case, schedules, with_det=True):
+def dash_impls(case, schedules):
     ops = torch.ops.dash_attn
     o, lse = ops.fwd(case.q, case.k, case.v, case.causal, case.scale, True, "auto")
 
@@ -136,9 +136,7 @@ def dash_impls(case, schedules, with_det=True):
 
     out = [Impl("dash-attn", "forward", fwd, lambda: fwd()[0]),
            Impl("dash-attn", "nondeterministic", bwd(False, "auto"), bwd(False, "auto"), "auto")]
-    if with_det:
-        out += [Impl("dash-attn", "deterministic", bwd(True, s), bwd(True, s), s) for s in schedules]
-    return out
+    return out + [Impl("dash-attn", "deterministic", bwd(True, s), bwd(True, s), s) for s in schedules]
 
 
 def fa3_impls(case, fa3):
