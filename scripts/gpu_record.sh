@@ -48,17 +48,23 @@ if [ "$record" = 1 ]; then
     "${record_args[@]}" 2>&1 | tee "$out/record.log" | tail -60
 fi
 
-# Profiles: the third backward launch of `record.py --only` (two warm-ups before it).
+# Profiles (--mode nondeterministic, deterministic or forward): the third launch of the kernel in `record.py --only`
+# (two warm-ups before it).
 IFS=, read -r -a configs <<<"$profiles"
 for config in "${configs[@]}"; do
   [ -z "$config" ] && continue
   for name in $profile_impls; do
     impl="$name/$mode"
-    [ "$name" = dash-attn ] && impl="$impl/auto"
+    [ "$name" = dash-attn ] && [ "$mode" != forward ] && impl="$impl/auto"
     [ "$name" = fa3 ] && [ -z "$fa3" ] && continue
     # FA3's kernels are all cutlass::device_kernel<...>: match the main one on its demangled template argument.
-    name_args=(--kernel-name regex:backward_kernel)
-    [ "$name" = fa3 ] && name_args=(--kernel-name-base demangled --kernel-name regex:FlashAttnBwdSm90)
+    if [ "$mode" = forward ]; then
+      name_args=(--kernel-name regex:forward_kernel)
+      [ "$name" = fa3 ] && name_args=(--kernel-name-base demangled --kernel-name regex:FlashAttnFwdSm90)
+    else
+      name_args=(--kernel-name regex:backward_kernel)
+      [ "$name" = fa3 ] && name_args=(--kernel-name-base demangled --kernel-name regex:FlashAttnBwdSm90)
+    fi
     tag="${impl%%/*}-$mode-$config"
     tmp=$(mktemp -d)
     timeout 240 ncu --clock-control none "${name_args[@]}" --launch-skip 2 --launch-count 1 --set full \
