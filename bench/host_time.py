@@ -8,28 +8,15 @@ call alone with its arguments built once. FA3's op, if given, for scale.
 import argparse
 import ctypes
 import re
-import statistics
-import time
 
 import torch
 
-import dash_attn  # registers torch.ops.dash_attn
 from dash_attn import _abi, _torch_ops
+from record import host_us as record_host_us  # bench/record.py, beside this file
 
 
-def host_us(fn, calls=200):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for i in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e6)
-        if i % 20 == 19:
-            torch.cuda.synchronize()  # keep the queue short: the enqueue cost, not back-pressure
-    torch.cuda.synchronize()
-    return statistics.median(times)
+def host_us(fn):
+    return record_host_us(fn, calls=200)
 
 
 def main():

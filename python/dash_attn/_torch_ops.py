@@ -132,6 +132,16 @@ def _device_plan(problem: _abi.Problem, schedule: str, device: torch.device, num
     return plan
 
 
+def _on_device(device: torch.device, launch):
+    """launch(stream) with `device` current, on its current stream: the C ABI launches on the current device. The
+    device is switched only when it is not current (a context switch per call was part of the host time)."""
+    stream = torch.cuda.current_stream(device).cuda_stream
+    if torch.cuda.current_device() == device.index:
+        return launch(stream)
+    with torch.cuda.device(device):
+        return launch(stream)
+
+
 @torch.library.custom_op("dash_attn::fwd", mutates_args=())
 def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: float,
         deterministic: bool, schedule: str, needs_backward: bool = False,
@@ -147,12 +157,7 @@ def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax
         o = torch.empty_like(q, memory_format=torch.contiguous_format)
         args = _abi.FwdArgs(problem=problem, dtype=_GPU_DTYPES[q.dtype], q=_tensor(q), k=_tensor(k), v=_tensor(v),
                             o=_tensor(o), lse=lse.data_ptr(), softmax_scale=softmax_scale)
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        if torch.cuda.current_device() == q.device.index:
-            check(LIB.dash_fwd(ctypes.byref(args), None, 0, stream))
-        else:
-            with torch.cuda.device(q.device):  # the C ABI launches on the current device
-                check(LIB.dash_fwd(ctypes.byref(args), None, 0, stream))
+        check(_on_device(q.device, lambda stream: LIB.dash_fwd(ctypes.byref(args), None, 0, stream)))
         return o, lse
     q32, k32, v32 = (t.float().contiguous() for t in (q, k, v))
     o32 = torch.empty_like(q32)
@@ -198,12 +203,8 @@ def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
         if workspace.data_ptr() % 256 != 0:
             workspace = torch.empty(nbytes + 256, dtype=torch.uint8, device=q.device)
         aligned = (workspace.data_ptr() + 255) // 256 * 256
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        if torch.cuda.current_device() == q.device.index:
-            check(LIB.dash_bwd(ctypes.byref(args), plan.handle, int(deterministic), aligned, nbytes, stream))
-        else:
-            with torch.cuda.device(q.device):  # the C ABI launches on the current device
-                check(LIB.dash_bwd(ctypes.byref(args), plan.handle, int(deterministic), aligned, nbytes, stream))
+        check(_on_device(q.device, lambda stream: LIB.dash_bwd(ctypes.byref(args), plan.handle, int(deterministic),
+                                                                aligned, nbytes, stream)))
         return dq, dk, dv
     plan = _abi.HostPlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO)
     q32, k32, v32, o32, do32 = (t.float().contiguous() for t in (q, k, v, o, dout))
