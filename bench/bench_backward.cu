@@ -207,7 +207,11 @@ int main(int argc, char** argv) {
     fa.v = tensor(bf.v, c.seqlen, c.heads_kv, c.head_dim);
     fa.o = tensor(bf.o, c.seqlen, c.heads_q, c.head_dim);
     fa.lse = bf.lse;
-    if (dash_fwd(&fa, nullptr, 0, stream) != DASH_OK) {
+    void* fwd_workspace = nullptr;
+    CUDA_CHECK(cudaMalloc(&fwd_workspace, dash_fwd_workspace_size(&fa)));
+    dash_status const forward = dash_fwd(&fa, fwd_workspace, dash_fwd_workspace_size(&fa), stream);
+    CUDA_CHECK(cudaFree(fwd_workspace));  // cudaFree waits for the forward
+    if (forward != DASH_OK) {
       std::fprintf(stderr, "dash_fwd failed (%s): skipping config\n", dash_last_error());
       continue;
     }

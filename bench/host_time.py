@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Where the host time of one dash-attn backward call goes (µs of CPU time to enqueue it, warm caches, median of 200):
 the op as users call it (torch.ops.dash_attn.bwd), the Python function behind it without the dispatcher, and the C ABI
-call alone with its arguments built once. FA3's op, if given, for scale.
+call alone with its arguments built once; and the forward op. FA3's ops, if given, for scale.
 
     python3 bench/host_time.py [--fa3 /path/_C.so] [--config b2_s8192_hq16_hkv16_d128_causal]
 """
@@ -33,24 +33,19 @@ def main():
     k, v = (torch.randn(b, s, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     scale = d ** -0.5
     o, lse = torch.ops.dash_attn.fwd(q, k, v, causal, scale, True, "auto")
-    rows = {}
+    rows = {"torch.ops.dash_attn.fwd": host_us(lambda: torch.ops.dash_attn.fwd(q, k, v, causal, scale, True, "auto"))}
     for det in (False, True):
         tag = "det" if det else "nondet"
         rows[f"torch.ops.dash_attn.bwd {tag}"] = host_us(
             lambda: torch.ops.dash_attn.bwd(do, q, k, v, o, lse, causal, scale, det, "auto"))
-        python_fn = _torch_ops.bwd._init_fn if hasattr(_torch_ops.bwd, "_init_fn") else None
-        if python_fn is not None:
-            rows[f"the Python function {tag}"] = host_us(
-                lambda: python_fn(do, q, k, v, o, lse, causal, scale, det, "auto"))
+        rows[f"the Python function {tag}"] = host_us(
+            lambda: _torch_ops._bwd_cuda(do, q, k, v, o, lse, causal, scale, det, "auto"))
         # The C ABI alone: arguments built once, the outputs and workspace reused (not a valid training step, only
         # the enqueue cost of dash_bwd).
-        problem = _torch_ops._problem(q, k, causal)
-        plan = _torch_ops._device_plan(problem, "auto", q.device, _torch_ops._num_ctas(q.device, 0))
+        shape = _torch_ops._bwd_shapes[(q.shape, k.shape, q.dtype, causal, "auto", q.device.index, 0)]
+        plan = shape.plan
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        t = _torch_ops._tensor
-        bargs = _abi.BwdArgs(problem=problem, dtype=_abi.DASH_DTYPE_BF16, q=t(q), k=t(k), v=t(v), o=t(o), dout=t(do),
-                             lse=lse.data_ptr(), dq=t(dq), dk=t(dk), dv=t(dv), softmax_scale=scale,
-                             debug_order_log=None)
+        bargs = _abi.pack_bwd_args(shape.problem, shape.dtype, q, k, v, o, do, lse.data_ptr(), dq, dk, dv, scale)
         nbytes = _abi.LIB.dash_bwd_workspace_size(ctypes.byref(bargs), plan.handle)
         ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
         stream = torch.cuda.current_stream().cuda_stream
@@ -62,6 +57,7 @@ def main():
         torch.ops.load_library(args.fa3)
         fa3 = torch.ops.flash_attn_3
         out, flse = fa3.fwd(q, k, v, softmax_scale=scale, is_causal=causal, num_splits=1)[:2]
+        rows["FA3 op fwd"] = host_us(lambda: fa3.fwd(q, k, v, softmax_scale=scale, is_causal=causal, num_splits=1))
         for det in (False, True):
             def call(det=det):
                 dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)

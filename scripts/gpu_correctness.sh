@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # gpu_correctness.sh — one device call for correctness: the Python GPU suites (shape sweep, semantics, the CUDA
 # tests, plans in production: CTA counts and sm_margin), the kernels' GoogleTest suites, compute-sanitizer memcheck over the sweep's memcheck sample and racecheck
-# on two small backward cases, and optionally the 1M-token test. Logs go to $OUT (or out/); the last lines printed are a summary.
+# on two small backward and three forward cases, and optionally the 1M-token test. Logs go to $OUT (or out/); the last lines printed are a summary.
 #
 #   scripts/gpu_correctness.sh [--build-dir DIR] [--long] [--no-sanitize] [--no-gtest] [--sweep sample|full]
 #
@@ -62,6 +62,12 @@ if [ "$sanitize" = 1 ]; then
   step racecheck-bwd 300 compute-sanitizer --tool racecheck --racecheck-report hazard \
     "$build/tests/gpu/dash_gpu_bwd_tests" --gtest_filter="$race"
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$out/racecheck-bwd.log" | tail -1
+  # ... and on three forward cases: the persistent grid taking several tiles per CTA at both head dims, and Q tiles
+  # that see no key (announced without a load).
+  race='Cases/ForwardAccuracy.MatchesReference/Persistent_777x1200_causal_d128_bf16:Cases/ForwardAccuracy.MatchesReference/Persistent_1500x300_causal_d64_bf16:Cases/ForwardAccuracy.MatchesReference/Cross_1000x1_causal_d128_fp16'
+  step racecheck-fwd 300 compute-sanitizer --tool racecheck --racecheck-report hazard \
+    "$build/tests/gpu/dash_gpu_tests" --gtest_filter="$race"
+  grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$out/racecheck-fwd.log" | tail -1
 fi
 if [ "$gtest" = 1 ]; then
   step gtest-forward 200 "$build/tests/gpu/dash_gpu_tests"

@@ -172,7 +172,8 @@ std::vector<RunHashes> check_on_gpu(const Problem& p, const std::string& schedul
   const dash_problem cp = p.to_c();
   dash_fwd_args fwd{cp, dtype, dense(q->get(), p, false), dense(k->get(), p, true), dense(v->get(), p, true),
                     dense(o.get(), p, false), static_cast<float*>(lse.get()), 0.f};
-  require(dash_fwd(&fwd, nullptr, 0, nullptr), "dash_fwd");
+  DeviceBuffer fwd_workspace(dash_fwd_workspace_size(&fwd));
+  require(dash_fwd(&fwd, fwd_workspace.get(), fwd_workspace.bytes(), nullptr), "dash_fwd");
   dash_plan_t plan = nullptr;
   require(dash_plan_create(&cp, schedule.c_str(), 0, gqa_mode, &plan), "dash_plan_create");
   const void* blob = nullptr;

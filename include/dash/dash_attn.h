@@ -22,9 +22,10 @@
  *   "q.seq_stride: must be a multiple of 8 elements (16 bytes) for TMA (got 100)".
  * Arguments are checked before any CUDA call, so an invalid call never touches the device.
  *
- * CUDA graphs: dash_fwd launches one kernel on the given stream, allocates nothing and does not
- * synchronise, so it can be captured. Scratch memory, if a future kernel needs any, is passed in by the
- * caller: dash_fwd_workspace_size() says how many bytes (0 for the current forward kernel).
+ * CUDA graphs: dash_fwd zeroes its workspace and launches one kernel on the given stream, allocates nothing
+ * and does not synchronise, so it can be captured. The caller passes the workspace (device memory,
+ * dash_fwd_workspace_size() bytes, 4-byte aligned): a counter the persistent kernel takes its work tiles from.
+ * Calls that may run at the same time (other streams, graph replays) need workspaces of their own.
  */
 #ifndef DASH_DASH_ATTN_H
 #define DASH_DASH_ATTN_H
@@ -73,12 +74,13 @@ typedef struct dash_fwd_args {
 /* Head dims the forward kernel is built for, in increasing order, terminated by 0. */
 const int32_t* dash_fwd_supported_head_dims(void);
 
-/* Bytes of device workspace dash_fwd needs for these arguments (0 today). Only `problem` and `dtype` are
- * read; returns 0 for a NULL pointer. */
+/* Bytes of device workspace dash_fwd needs for these arguments (16 today, whatever the problem). Only `problem`
+ * and `dtype` are read; returns 0 for a NULL pointer. */
 size_t dash_fwd_workspace_size(const dash_fwd_args* args);
 
-/* Validates the arguments, then launches the forward kernel on `cuda_stream` (a cudaStream_t) and returns
- * without waiting for it. `workspace` may be NULL when `workspace_bytes` covers dash_fwd_workspace_size(). */
+/* Validates the arguments, then zeroes the workspace and launches the forward kernel on `cuda_stream` (a
+ * cudaStream_t), and returns without waiting for them. `workspace`: device memory of at least
+ * dash_fwd_workspace_size() bytes, 4-byte aligned, not in use by another call until this one has run. */
 dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspace_bytes, void* cuda_stream);
 
 /* ---- Backward (src/cuda/bwd/) -------------------------------------------------------------------------

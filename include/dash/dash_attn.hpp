@@ -3,7 +3,8 @@
 // and its message returned together. The C ABI stays the single boundary; this header only wraps it.
 //
 //   dash_fwd_args args = ...;
-//   if (dash::Status s = dash::attention_forward(args, stream); !s.ok()) throw std::runtime_error(s.message);
+//   if (dash::Status s = dash::attention_forward(args, workspace, workspace_bytes, stream); !s.ok())
+//     throw std::runtime_error(s.message);
 #pragma once
 
 #include <string>
@@ -24,11 +25,6 @@ inline Status attention_forward(const dash_fwd_args& args, void* workspace, size
                                 void* cuda_stream) {
   dash_status const code = dash_fwd(&args, workspace, workspace_bytes, cuda_stream);
   return code == DASH_OK ? Status{} : Status{code, dash_last_error()};
-}
-
-// Forward for the (current) case that needs no workspace.
-inline Status attention_forward(const dash_fwd_args& args, void* cuda_stream) {
-  return attention_forward(args, nullptr, 0, cuda_stream);
 }
 
 }  // namespace dash

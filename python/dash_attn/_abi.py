@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pathlib
+import struct
 
 DASH_OK = 0
 DASH_DTYPE_BF16, DASH_DTYPE_FP16, DASH_DTYPE_FP32 = 0, 1, 2
@@ -54,6 +55,38 @@ class PlanHeader(ctypes.Structure):
                     "items_offset", "segments_offset", "visits_offset", "dq_count_offset",
                     "group_head_by_rank_offset")] +
                 [("reserved1", ctypes.c_uint32 * 3), ("reserved2", ctypes.c_uint32 * 2)])
+
+
+# The same structs as flat struct formats ('@': the C compiler's sizes and alignment), so that a call's arguments are
+# packed in one step: pack_fwd_args / pack_bwd_args (building the nested ctypes structs field by field cost ~7 us of
+# the host time per call). A tensor is (data, batch_stride, seq_stride, head_stride); '0q' pads the end to 8 bytes.
+_TENSOR_FORMAT = "P3q"
+_FWD_ARGS_FORMAT = struct.Struct("@10ii" + _TENSOR_FORMAT * 4 + "Pf0q")
+_BWD_ARGS_FORMAT = struct.Struct("@10ii" + _TENSOR_FORMAT * 5 + "P" + _TENSOR_FORMAT * 3 + "fP")
+
+
+def problem_values(problem: Problem) -> tuple:
+    return tuple(getattr(problem, field) for field, _ in Problem._fields_)
+
+
+def _tensor_values(t) -> tuple:
+    """A 4-D (batch, seqlen, heads, head_dim) torch tensor as dash_tensor's fields."""
+    stride = t.stride()
+    return (t.data_ptr(), stride[0], stride[1], stride[2])
+
+
+def pack_fwd_args(problem: tuple, dtype: int, q, k, v, o, lse_ptr: int, softmax_scale: float) -> FwdArgs:
+    return FwdArgs.from_buffer_copy(_FWD_ARGS_FORMAT.pack(
+        *problem, dtype, *_tensor_values(q), *_tensor_values(k), *_tensor_values(v), *_tensor_values(o), lse_ptr,
+        softmax_scale))
+
+
+def pack_bwd_args(problem: tuple, dtype: int, q, k, v, o, dout, lse_ptr: int, dq, dk, dv,
+                  softmax_scale: float) -> BwdArgs:
+    return BwdArgs.from_buffer_copy(_BWD_ARGS_FORMAT.pack(
+        *problem, dtype, *_tensor_values(q), *_tensor_values(k), *_tensor_values(v), *_tensor_values(o),
+        *_tensor_values(dout), lse_ptr, *_tensor_values(dq), *_tensor_values(dk), *_tensor_values(dv), softmax_scale,
+        0))
 
 
 def _candidates():
@@ -120,6 +153,11 @@ def _check_layout(lib):
         if theirs != ctypes.sizeof(struct):
             raise ImportError(f"dash_attn: {name} is {theirs} bytes in the library but {ctypes.sizeof(struct)} "
                               "in dash_attn/_abi.py: the binding and the library are out of step")
+    for name, packed, struct_type in (("dash_fwd_args", _FWD_ARGS_FORMAT, FwdArgs),
+                                      ("dash_bwd_args", _BWD_ARGS_FORMAT, BwdArgs)):
+        if packed.size != ctypes.sizeof(struct_type):
+            raise ImportError(f"dash_attn: the packed form of {name} is {packed.size} bytes, the struct "
+                              f"{ctypes.sizeof(struct_type)}: dash_attn/_abi.py is out of step with itself")
 
 
 LIB, LIBRARY_PATH = _load()

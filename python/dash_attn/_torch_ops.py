@@ -91,11 +91,6 @@ def _problem(q, k, causal) -> _abi.Problem:
     return _abi.make_problem(b, hq, k.shape[2], sq, k.shape[1], d, causal)
 
 
-def _tensor(t) -> _abi.Tensor:
-    return _abi.Tensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
-
-
-_device_plans: dict = {}
 _sm_counts: dict = {}
 
 
@@ -117,107 +112,151 @@ def _num_ctas(device: torch.device, sm_margin: int) -> int:
     return sms - sm_margin
 
 
-def _device_plan(problem: _abi.Problem, schedule: str, device: torch.device, num_ctas: int) -> _abi.DevicePlan:
-    key = (tuple(getattr(problem, f) for f, _ in _abi.Problem._fields_), schedule, device.index, num_ctas)
-    plan = _device_plans.get(key)
-    if plan is None:
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("dash_attn: no plan for this shape yet, and plans cannot be built during CUDA-graph "
-                               "capture (they copy to the device); run the step once eagerly before capturing")
-        with torch.cuda.device(device):
-            # The library caches the tables per sequence template: a new batch size or head count for a sequence
-            # shape seen before costs a look-up. GQA: auto's offline table picks split or pack heads.
-            plan = _abi.DevicePlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO)
-        _device_plans[key] = plan
-    return plan
-
-
 def _on_device(device: torch.device, launch):
     """launch(stream) with `device` current, on its current stream: the C ABI launches on the current device. The
     device is switched only when it is not current (a context switch per call was part of the host time)."""
-    stream = torch.cuda.current_stream(device).cuda_stream
-    if torch.cuda.current_device() == device.index:
+    index = device.index
+    stream = torch._C._cuda_getCurrentRawStream(index)
+    if torch._C._cuda_getDevice() == index:
         return launch(stream)
     with torch.cuda.device(device):
         return launch(stream)
 
 
-@torch.library.custom_op("dash_attn::fwd", mutates_args=())
-def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, softmax_scale: float,
-        deterministic: bool, schedule: str, needs_backward: bool = False,
-        sm_margin: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    # deterministic / schedule / sm_margin are carried for the backward (autograd saves them from here).
-    # needs_backward: the caller will differentiate, so the backward's limits are checked now too, before anything
-    # is allocated.
+# ---- the ops ---------------------------------------------------------------------------------------------------
+# Defined with the low-level torch.library API: the CUDA and CPU kernels are Python functions registered for their
+# dispatch keys, and only the forward has an autograd kernel. (torch.library.custom_op adds a Python autograd
+# layer and an aliasing check to every call, ~30 us of the backward's host time.)
+_lib = torch.library.Library("dash_attn", "DEF")
+# deterministic / schedule / sm_margin are carried for the backward (autograd saves them from the forward).
+# needs_backward: the caller will differentiate, so the backward's limits are checked before anything is allocated.
+_lib.define("fwd(Tensor q, Tensor k, Tensor v, bool causal, float softmax_scale, bool deterministic, str schedule, "
+            "bool needs_backward=False, int sm_margin=0) -> (Tensor, Tensor)")
+# sm_margin: SMs the backward leaves to other kernels (it launches SMs - sm_margin CTAs); the bits are the same for
+# any margin whose CTAs hold the plan's wave (dash_plan_create).
+_lib.define("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, float softmax_scale, "
+            "bool deterministic, str schedule, int sm_margin=0) -> (Tensor, Tensor, Tensor)")
+
+
+class _FwdShape:
+    """What a CUDA forward call of one shape needs besides its tensors, worked out on its first call."""
+
+    def __init__(self, q, k, causal, needs_backward):
+        problem = _problem(q, k, causal)
+        _abi.check_problem(problem, needs_backward)
+        self.problem = _abi.problem_values(problem)
+        self.dtype = _GPU_DTYPES[q.dtype]
+        self.workspace_bytes = LIB.dash_fwd_workspace_size(ctypes.byref(_abi.FwdArgs(problem=problem,
+                                                                                      dtype=self.dtype)))
+
+
+class _BwdShape:
+    """What a CUDA backward call of one (shape, schedule, device, margin) needs besides its tensors: the plan (its
+    unit template is cached in the library per sequence template) and the workspace size."""
+
+    def __init__(self, q, k, causal, schedule, sm_margin):
+        problem = _problem(q, k, causal)
+        self.problem = _abi.problem_values(problem)
+        self.dtype = _GPU_DTYPES[q.dtype]
+        num_ctas = _num_ctas(q.device, sm_margin)
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("dash_attn: no plan for this shape yet, and plans cannot be built during CUDA-graph "
+                               "capture (they copy to the device); run the step once eagerly before capturing")
+        with torch.cuda.device(q.device):
+            # GQA: auto's offline table picks split or pack heads.
+            self.plan = _abi.DevicePlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO)
+        self.workspace_bytes = None  # asked with the first call's arguments (dash_bwd_workspace_size)
+
+
+_fwd_shapes: dict = {}
+_bwd_shapes: dict = {}
+
+
+def _fwd_cuda(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0):
+    key = (q.shape, k.shape, q.dtype, causal, needs_backward)
+    shape = _fwd_shapes.get(key)
+    if shape is None:
+        shape = _fwd_shapes[key] = _FwdShape(q, k, causal, needs_backward)
+    b, sq, hq, _ = q.shape
+    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    workspace = torch.empty(shape.workspace_bytes, dtype=torch.uint8, device=q.device)
+    args = _abi.pack_fwd_args(shape.problem, shape.dtype, q, k, v, o, lse.data_ptr(), softmax_scale)
+    check(_on_device(q.device, lambda stream: LIB.dash_fwd(ctypes.byref(args), workspace.data_ptr(),
+                                                           shape.workspace_bytes, stream)))
+    return o, lse
+
+
+def _fwd_cpu(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0):
     problem = _problem(q, k, causal)
     _abi.check_problem(problem, needs_backward)
     b, sq, hq, _ = q.shape
     lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
-    if q.is_cuda:
-        o = torch.empty_like(q, memory_format=torch.contiguous_format)
-        args = _abi.FwdArgs(problem=problem, dtype=_GPU_DTYPES[q.dtype], q=_tensor(q), k=_tensor(k), v=_tensor(v),
-                            o=_tensor(o), lse=lse.data_ptr(), softmax_scale=softmax_scale)
-        check(_on_device(q.device, lambda stream: LIB.dash_fwd(ctypes.byref(args), None, 0, stream)))
-        return o, lse
     q32, k32, v32 = (t.float().contiguous() for t in (q, k, v))
     o32 = torch.empty_like(q32)
-    args = _abi.FwdArgs(problem=problem, dtype=_abi.DASH_DTYPE_FP32, q=_tensor(q32), k=_tensor(k32), v=_tensor(v32),
-                        o=_tensor(o32), lse=lse.data_ptr(), softmax_scale=softmax_scale)
+    args = _abi.pack_fwd_args(_abi.problem_values(problem), _abi.DASH_DTYPE_FP32, q32, k32, v32, o32,
+                              lse.data_ptr(), softmax_scale)
     check(LIB.dash_cpu_fwd(ctypes.byref(args)))
     return o32.to(q.dtype), lse
 
 
-@fwd.register_fake
+def _bwd_cuda(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0):
+    key = (q.shape, k.shape, q.dtype, causal, schedule, q.device.index, sm_margin)
+    shape = _bwd_shapes.get(key)
+    if shape is None:
+        shape = _bwd_shapes[key] = _BwdShape(q, k, causal, schedule, sm_margin)
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+    args = _abi.pack_bwd_args(shape.problem, shape.dtype, q, k, v, o, dout, lse.data_ptr(), dq, dk, dv,
+                              softmax_scale)
+    plan = shape.plan.handle
+    # The workspace size depends on the problem and the plan only: asked once (the query validates every tensor,
+    # as dash_bwd does again below).
+    nbytes = shape.workspace_bytes
+    if nbytes is None:
+        nbytes = LIB.dash_bwd_workspace_size(ctypes.byref(args), plan)
+        if nbytes == 0:
+            check(1)
+        shape.workspace_bytes = nbytes
+    # The kernels want a 256-byte aligned workspace; PyTorch's CUDA allocator returns 512-byte aligned blocks, so
+    # the slack is only asked for when that does not hold.
+    workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+    if workspace.data_ptr() % 256 != 0:
+        workspace = torch.empty(nbytes + 256, dtype=torch.uint8, device=q.device)
+    aligned = (workspace.data_ptr() + 255) // 256 * 256
+    check(_on_device(q.device, lambda stream: LIB.dash_bwd(ctypes.byref(args), plan, int(deterministic), aligned,
+                                                           nbytes, stream)))
+    return dq, dk, dv
+
+
+def _bwd_cpu(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0):
+    problem = _problem(q, k, causal)
+    plan = _abi.HostPlan(problem, schedule, _num_ctas(q.device, sm_margin), _abi.DASH_GQA_AUTO)
+    q32, k32, v32, o32, do32 = (t.float().contiguous() for t in (q, k, v, o, dout))
+    dq, dk, dv = (torch.empty_like(t) for t in (q32, k32, v32))
+    lse = lse.contiguous()
+    args = _abi.pack_bwd_args(_abi.problem_values(problem), _abi.DASH_DTYPE_FP32, q32, k32, v32, o32, do32,
+                              lse.data_ptr(), dq, dk, dv, softmax_scale)
+    check(LIB.dash_cpu_bwd(ctypes.byref(args), plan.blob, len(plan.blob)))
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+_lib.impl("fwd", _fwd_cuda, "CUDA")
+_lib.impl("fwd", _fwd_cpu, "CPU")
+_lib.impl("bwd", _bwd_cuda, "CUDA")
+_lib.impl("bwd", _bwd_cpu, "CPU")
+fwd = torch.ops.dash_attn.fwd.default
+bwd = torch.ops.dash_attn.bwd.default
+
+
+@torch.library.register_fake("dash_attn::fwd", lib=_lib)
 def _(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0):
     b, sq, hq, _ = q.shape
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((b, hq, sq), dtype=torch.float32)
 
 
-@torch.library.custom_op("dash_attn::bwd", mutates_args=())
-def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-        causal: bool, softmax_scale: float, deterministic: bool, schedule: str,
-        sm_margin: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # sm_margin: SMs the backward leaves to other kernels (it launches SMs - sm_margin CTAs); the bits are the same
-    # for any margin whose CTAs hold the plan's wave (dash_plan_create).
-    problem = _problem(q, k, causal)
-    num_ctas = _num_ctas(q.device, sm_margin)
-    if dout.stride(-1) != 1:
-        dout = dout.contiguous()
-    if q.is_cuda:
-        plan = _device_plan(problem, schedule, q.device, num_ctas)
-        dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
-        args = _abi.BwdArgs(problem=problem, dtype=_GPU_DTYPES[q.dtype], q=_tensor(q), k=_tensor(k), v=_tensor(v),
-                            o=_tensor(o), dout=_tensor(dout), lse=lse.data_ptr(), dq=_tensor(dq), dk=_tensor(dk),
-                            dv=_tensor(dv), softmax_scale=softmax_scale, debug_order_log=None)
-        # The workspace size depends on the problem and the plan only: asked once per plan (the query validates
-        # every tensor, as dash_bwd does again below).
-        nbytes = plan.workspace_bytes
-        if nbytes is None:
-            nbytes = LIB.dash_bwd_workspace_size(ctypes.byref(args), plan.handle)
-            if nbytes == 0:
-                check(1)
-            plan.workspace_bytes = nbytes
-        # The kernels want a 256-byte aligned workspace; PyTorch's CUDA allocator returns 512-byte aligned blocks,
-        # so the slack is only asked for when that does not hold.
-        workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
-        if workspace.data_ptr() % 256 != 0:
-            workspace = torch.empty(nbytes + 256, dtype=torch.uint8, device=q.device)
-        aligned = (workspace.data_ptr() + 255) // 256 * 256
-        check(_on_device(q.device, lambda stream: LIB.dash_bwd(ctypes.byref(args), plan.handle, int(deterministic),
-                                                                aligned, nbytes, stream)))
-        return dq, dk, dv
-    plan = _abi.HostPlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO)
-    q32, k32, v32, o32, do32 = (t.float().contiguous() for t in (q, k, v, o, dout))
-    dq, dk, dv = (torch.empty_like(t) for t in (q32, k32, v32))
-    lse = lse.contiguous()
-    args = _abi.BwdArgs(problem=problem, dtype=_abi.DASH_DTYPE_FP32, q=_tensor(q32), k=_tensor(k32), v=_tensor(v32),
-                        o=_tensor(o32), dout=_tensor(do32), lse=lse.data_ptr(), dq=_tensor(dq), dk=_tensor(dk),
-                        dv=_tensor(dv), softmax_scale=softmax_scale, debug_order_log=None)
-    check(LIB.dash_cpu_bwd(ctypes.byref(args), plan.blob, len(plan.blob)))
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
-
-
-@bwd.register_fake
+@torch.library.register_fake("dash_attn::bwd", lib=_lib)
 def _(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
@@ -238,4 +277,4 @@ def _backward(ctx, dout, _dlse):
     return dq, dk, dv, None, None, None, None, None, None
 
 
-fwd.register_autograd(_backward, setup_context=_setup_context)
+torch.library.register_autograd("dash_attn::fwd", _backward, setup_context=_setup_context, lib=_lib)

@@ -116,7 +116,12 @@ dash_status check_device(dash::kernels::FwdLaunch const& launch, dash::kernels::
   }
   dash_fwd_args const& a = launch.args;
   if (dash_status s = dash::kernels::check_device_pointers(
-          {{"q.data", a.q.data}, {"k.data", a.k.data}, {"v.data", a.v.data}, {"o.data", a.o.data}, {"lse", a.lse}},
+          {{"q.data", a.q.data},
+           {"k.data", a.k.data},
+           {"v.data", a.v.data},
+           {"o.data", a.o.data},
+           {"lse", a.lse},
+           {"workspace", launch.workspace}},
           error);
       s != DASH_OK) {
     return fail(s, error);
@@ -131,8 +136,7 @@ extern "C" {
 const int32_t* dash_fwd_supported_head_dims(void) { return dash_supported_head_dims(); }
 
 size_t dash_fwd_workspace_size(const dash_fwd_args* args) {
-  (void)args;  // the forward kernel keeps everything on chip and in O / LSE
-  return 0;
+  return args == nullptr ? 0 : dash::kernels::kFwdWorkspaceBytes;  // the same for every problem today
 }
 
 dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspace_bytes, void* cuda_stream) {
@@ -140,11 +144,16 @@ dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspac
   dash::kernels::FwdLaunch launch{};
   if (dash_status s = validate(args, launch); s != DASH_OK) return s;
   size_t const needed = dash_fwd_workspace_size(args);
-  if (workspace_bytes < needed || (needed > 0 && workspace == nullptr)) {
-    return fail(DASH_ERROR_INVALID_ARGUMENT, "workspace_bytes: " + std::to_string(workspace_bytes) +
-                                                 " bytes given, dash_fwd_workspace_size() requires " +
-                                                 std::to_string(needed));
+  if (workspace == nullptr || workspace_bytes < needed) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT,
+                std::string("workspace: ") + (workspace == nullptr ? "null pointer" : "too small") + " (" +
+                    std::to_string(workspace_bytes) + " bytes given; dash_fwd_workspace_size() requires " +
+                    std::to_string(needed) + " bytes of device memory)");
   }
+  if (reinterpret_cast<uintptr_t>(workspace) % alignof(int32_t) != 0) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT, "workspace: must be 4-byte aligned");
+  }
+  launch.workspace = workspace;
   dash::kernels::KernelFamily family{};
   if (dash_status s = check_device(launch, family); s != DASH_OK) return s;
   launch.stream = static_cast<cudaStream_t>(cuda_stream);

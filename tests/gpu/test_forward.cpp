@@ -216,8 +216,14 @@ struct DeviceProblem {
   Operand q, k, v;
   Strides o_strides{};
   DeviceBuffer dq, dk, dv, dout, dlse;
+  DeviceBuffer workspace;  // dash_fwd_workspace_size() bytes
+  size_t workspace_bytes = 0;
   dash_fwd_args args{};
 };
+
+dash_status run_forward(DeviceProblem& p, cudaStream_t stream) {
+  return dash_fwd(&p.args, p.workspace.ptr, p.workspace_bytes, stream);
+}
 
 // Uploads random inputs and poisons the outputs. `seed` makes each case's inputs distinct.
 void setup_problem(const Case& c, uint64_t seed, DeviceProblem& p) {
@@ -244,6 +250,9 @@ void setup_problem(const Case& c, uint64_t seed, DeviceProblem& p) {
   a.o = view_of(p.dout.ptr, p.o_strides);
   a.lse = static_cast<float*>(p.dlse.ptr);
   a.softmax_scale = c.softmax_scale;
+  p.workspace_bytes = dash_fwd_workspace_size(&p.args);
+  ASSERT_GT(p.workspace_bytes, 0u);
+  CUDA_ASSERT(cudaMalloc(&p.workspace.ptr, p.workspace_bytes));
 }
 
 void poison_outputs(const Case& c, DeviceProblem& p, cudaStream_t stream) {
@@ -363,7 +372,7 @@ TEST_P(ForwardAccuracy, MatchesReference) {
   ASSERT_NO_FATAL_FAILURE(setup_problem(c, seed_of(c.name), p));
   Stream stream;
   ASSERT_NO_FATAL_FAILURE(poison_outputs(c, p, stream.handle));
-  dash_status const status = dash_fwd(&p.args, nullptr, 0, stream.handle);
+  dash_status const status = run_forward(p, stream.handle);
   ASSERT_EQ(status, DASH_OK) << dash_last_error();
   CUDA_ASSERT(cudaStreamSynchronize(stream.handle));
   CUDA_ASSERT(cudaGetLastError());
@@ -386,12 +395,12 @@ TEST(ForwardBehaviour, SmallBitwiseRepeatableAndGraphCapturable) {
   Outputs first, second, replayed;
 
   ASSERT_NO_FATAL_FAILURE(poison_outputs(c, p, stream.handle));
-  ASSERT_EQ(dash_fwd(&p.args, nullptr, 0, stream.handle), DASH_OK) << dash_last_error();
+  ASSERT_EQ(run_forward(p, stream.handle), DASH_OK) << dash_last_error();
   CUDA_ASSERT(cudaStreamSynchronize(stream.handle));
   ASSERT_NO_FATAL_FAILURE(download(c, p, first));
 
   ASSERT_NO_FATAL_FAILURE(poison_outputs(c, p, stream.handle));
-  ASSERT_EQ(dash_fwd(&p.args, nullptr, 0, stream.handle), DASH_OK) << dash_last_error();
+  ASSERT_EQ(run_forward(p, stream.handle), DASH_OK) << dash_last_error();
   CUDA_ASSERT(cudaStreamSynchronize(stream.handle));
   ASSERT_NO_FATAL_FAILURE(download(c, p, second));
   EXPECT_EQ(first.o, second.o) << "O differs between two identical runs";
@@ -403,16 +412,23 @@ TEST(ForwardBehaviour, SmallBitwiseRepeatableAndGraphCapturable) {
   CUDA_ASSERT(cudaStreamSynchronize(stream.handle));
   cudaGraph_t graph = nullptr;
   CUDA_ASSERT(cudaStreamBeginCapture(stream.handle, cudaStreamCaptureModeGlobal));
-  dash_status const captured = dash_fwd(&p.args, nullptr, 0, stream.handle);
+  dash_status const captured = run_forward(p, stream.handle);
   cudaError_t const end = cudaStreamEndCapture(stream.handle, &graph);
   ASSERT_EQ(captured, DASH_OK) << dash_last_error();
   CUDA_ASSERT(end);
   cudaGraphExec_t exec = nullptr;
   CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_ASSERT(cudaGraphLaunch(exec, stream.handle));
-  CUDA_ASSERT(cudaStreamSynchronize(stream.handle));
-  ASSERT_NO_FATAL_FAILURE(download(c, p, replayed));
-  EXPECT_EQ(first.o, replayed.o) << "graph replay differs from a direct launch";
+  // Twice: each replay must zero the tile counter the previous one used up (a replay that found it used would
+  // compute no tile and leave the poison).
+  for (int replay = 0; replay < 2; ++replay) {
+    ASSERT_NO_FATAL_FAILURE(poison_outputs(c, p, stream.handle));
+    CUDA_ASSERT(cudaGraphLaunch(exec, stream.handle));
+    CUDA_ASSERT(cudaStreamSynchronize(stream.handle));
+    ASSERT_NO_FATAL_FAILURE(download(c, p, replayed));
+    EXPECT_EQ(first.o, replayed.o) << "graph replay " << replay << " differs from a direct launch";
+    EXPECT_EQ(0, std::memcmp(first.lse.data(), replayed.lse.data(), first.lse.size() * sizeof(float)))
+        << "graph replay " << replay << ": LSE differs from a direct launch";
+  }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
 }
@@ -425,7 +441,7 @@ TEST(ForwardBehaviour, HostPointerIsRejected) {
   std::vector<uint16_t> host(p.q.storage.size() + 16);
   uintptr_t const aligned = (reinterpret_cast<uintptr_t>(host.data()) + 15) & ~uintptr_t(15);
   p.args.q.data = reinterpret_cast<void*>(aligned);
-  EXPECT_EQ(dash_fwd(&p.args, nullptr, 0, nullptr), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(run_forward(p, nullptr), DASH_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(dash_last_error()).find("q.data"), std::string::npos) << dash_last_error();
 }
 
@@ -550,16 +566,26 @@ TEST(ForwardArguments, TmaAlignment) {
   expect_rejected(a, DASH_ERROR_INVALID_ARGUMENT, "lse: must be 4-byte aligned");
 }
 
-TEST(ForwardArguments, WorkspaceIsZeroBytes) {
+TEST(ForwardArguments, WorkspaceIsRequired) {
   dash_fwd_args a = plausible_args();
-  EXPECT_EQ(dash_fwd_workspace_size(&a), 0u);
+  size_t const bytes = dash_fwd_workspace_size(&a);
+  EXPECT_GE(bytes, sizeof(int32_t));
   EXPECT_EQ(dash_fwd_workspace_size(nullptr), 0u);
+  // Checked before any CUDA call, after the other arguments.
+  alignas(16) static unsigned char fake_workspace[64];
+  EXPECT_EQ(dash_fwd(&a, nullptr, bytes, nullptr), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("workspace: null pointer"), std::string::npos) << dash_last_error();
+  EXPECT_EQ(dash_fwd(&a, fake_workspace, bytes - 1, nullptr), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("workspace: too small"), std::string::npos) << dash_last_error();
+  EXPECT_EQ(dash_fwd(&a, fake_workspace + 2, bytes, nullptr), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("workspace: must be 4-byte aligned"), std::string::npos)
+      << dash_last_error();
 }
 
 TEST(ForwardArguments, CppWrapperCarriesMessage) {
   dash_fwd_args a = plausible_args();
   a.problem.head_dim = 256;
-  dash::Status const s = dash::attention_forward(a, nullptr);
+  dash::Status const s = dash::attention_forward(a, nullptr, 0, nullptr);
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(s.code, DASH_ERROR_UNSUPPORTED);
   EXPECT_NE(s.message.find("problem.head_dim"), std::string::npos) << s.message;

@@ -5,7 +5,6 @@
 // (src/cuda/CMakeLists.txt). Validation and the zeroing of the workspace live in src/cuda/bwd/.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -14,16 +13,10 @@
 #include "hopper/bwd/bwd_kernel.cuh"
 #include "hopper/bwd/bwd_preprocess_convert.cuh"
 #include "hopper/entry_points.h"
+#include "hopper/launch_host.cuh"
 #include "hopper/tma_host.cuh"
 
 namespace dash::hopper::bwd {
-
-namespace detail {
-inline dash_status cuda_fail(std::string& error, const std::string& what, cudaError_t status) {
-  error = what + ": " + cudaGetErrorString(status);
-  return DASH_ERROR_CUDA;
-}
-}  // namespace detail
 
 template <int kHeadDim, dash_dtype kDtype>
 dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStream_t stream, std::string& error) {
@@ -60,36 +53,30 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStr
     const dim3 grid(unsigned((params.num_q_tiles * kBlockM + 7) / 8), unsigned(params.batch * params.heads_q));
     bwd_preprocess<kHeadDim, StdElement><<<grid, 256, 0, stream>>>(params);
     if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
-      return detail::cuda_fail(error, "launch of bwd_preprocess", status);
+      return cuda_fail(error, "launch of bwd_preprocess", status);
     }
   }
   // 2. The plan-executing main kernel, persistent over the plan's tickets. A plain launch: a deterministic plan
   // needs only its wave of CTAs running at once (docs/DEADLOCK.md; the host checked the device holds it), so CTAs
   // that wait for SMs other kernels hold delay the work without stalling it.
   {
-    auto kernel = backward_kernel<Config>;
+    constexpr auto kernel = backward_kernel<Config>;
     constexpr int kSmemBytes = smem_bytes_of<Config>();
-    // The shared-memory opt-in is a property of the function on its device: set once per device (a per-call
-    // cudaFuncSetAttribute was part of the host time per call).
     int device = 0;
     cudaError_t status = cudaGetDevice(&device);
-    if (status != cudaSuccess) return detail::cuda_fail(error, "cudaGetDevice", status);
-    static std::atomic<uint64_t> smem_configured{0};  // bit d: done on device d (devices >= 64: every call)
-    const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
-    if (bit == 0 || (smem_configured.load(std::memory_order_acquire) & bit) == 0) {
-      status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-      if (status != cudaSuccess) return detail::cuda_fail(error, "cudaFuncSetAttribute(backward kernel smem)", status);
-      smem_configured.fetch_or(bit, std::memory_order_release);
+    if (status != cudaSuccess) return cuda_fail(error, "cudaGetDevice", status);
+    if (dash_status s = opt_in_dynamic_smem<kernel>(device, kSmemBytes, "backward kernel", error); s != DASH_OK) {
+      return s;
     }
     kernel<<<unsigned(num_ctas), unsigned(Config::kThreads), kSmemBytes, stream>>>(kernel_params);
-    if ((status = cudaGetLastError()) != cudaSuccess) return detail::cuda_fail(error, "launch of backward kernel", status);
+    if ((status = cudaGetLastError()) != cudaSuccess) return cuda_fail(error, "launch of backward kernel", status);
   }
   // 3. fp32 accumulators -> outputs, grid-stride over the elements (8 blocks per CTA of the main kernel: the grid
   // size changes no result).
   {
     bwd_convert<kHeadDim, StdElement><<<unsigned(num_ctas * 8), 256, 0, stream>>>(params);
     if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
-      return detail::cuda_fail(error, "launch of bwd_convert", status);
+      return cuda_fail(error, "launch of bwd_convert", status);
     }
   }
   return DASH_OK;

@@ -108,7 +108,7 @@ struct FwdConfig {
 };
 
 // Kernel parameters: TMA descriptors (they must live in the kernel's parameter space, hence
-// __grid_constant__), the problem sizes and the softmax scales. No pointers to device-side state.
+// __grid_constant__), the problem sizes, the softmax scales and the work-tile counter.
 template <class Config>
 struct FwdParams {
   typename Config::TmaLoadQ tma_q;
@@ -123,6 +123,7 @@ struct FwdParams {
   int32_t group_size;                   // heads_q / heads_kv
   int32_t num_m_blocks;
   int32_t num_work_tiles;               // num_m_blocks * heads_q * batch: the range of the tile loop
+  int32_t* tile_counter;                // in the caller's workspace, zeroed before the launch: fwd_next_tile
   float softmax_scale;                  // natural-log units (for LSE)
   float scale_log2;                     // softmax_scale * log2(e): scores go through exp2
 };
@@ -135,12 +136,13 @@ struct FwdSharedStorage {
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> k;
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> v;
   cute::array_aligned<Element, Config::kConsumerWarpgroups * cute::cosize_v<typename Config::SmemLayoutOHalf>, 1024> o;
-  alignas(8) uint64_t q_full;                    // Q tile landed (TMA transaction count)
-  alignas(8) uint64_t q_empty;                   // every consumer warp finished the tile's last S GEMM
+  alignas(8) uint64_t q_full;                    // next tile announced; its Q landed (TMA transaction count)
+  alignas(8) uint64_t q_empty;                   // every consumer warp read the index and finished its last S GEMM
   alignas(8) uint64_t k_full[Config::kStages];   // K stage landed
   alignas(8) uint64_t k_empty[Config::kStages];  // every consumer warp is done reading the K stage
   alignas(8) uint64_t v_full[Config::kStages];
   alignas(8) uint64_t v_empty[Config::kStages];
+  int32_t tile_index;                            // the work tile the producer announced with q_full
 };
 
 template <class Config>

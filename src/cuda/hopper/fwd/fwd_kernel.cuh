@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // hopper/fwd/fwd_kernel.cuh — the Hopper (sm_90a) attention forward kernel: O = softmax(Q K^T * scale) V, LSE.
 //
-// A work tile is one 128-row Q tile of one (batch, query head); CTA c computes work tiles c, c + gridDim.x,
-// ... (persistent with a full mask, one tile per CTA when causal: see fwd_tile_at). Three warpgroups:
-//   warpgroup 0 (producer): one thread issues TMA loads — each tile's Q, then its K and V tiles through a
-//     kStages-deep ring of shared-memory buffers guarded by mbarriers (full: data landed; empty: all consumer
-//     warps finished reading). The ring runs on across work tiles, so the next tile's Q, K and V load while
-//     the consumers finish the current one. It keeps 24 registers (setmaxnreg) and hands the rest on.
+// A work tile is one 128-row Q tile of one (batch, query head). The grid is persistent (at most one CTA per SM;
+// one fits per SM) and CTAs take work tiles dynamically: CTA c starts with tile c, then each takes the next
+// untaken index from a global counter (fwd_next_tile). Three warpgroups:
+//   warpgroup 0 (producer): one thread takes the tiles and issues TMA loads — each tile's Q, then its K and V
+//     tiles through a kStages-deep ring of shared-memory buffers guarded by mbarriers (full: data landed;
+//     empty: all consumer warps finished reading). It announces each tile to the consumers through shared
+//     memory with the Q load. The ring runs on across work tiles, so the next tile's Q, K and V load while the
+//     consumers finish the current one. It keeps 24 registers (setmaxnreg) and hands the rest on.
 //   warpgroups 1, 2 (consumers): each owns 64 query rows. Per KV tile: S = Q K^T (wgmma, both operands in
 //     shared memory), mask, online softmax in fp32 registers, P -> bf16/fp16 in registers, O += P V (wgmma
 //     with P from registers). 240 registers each.
@@ -56,11 +58,8 @@ struct KvTileRange {
 };
 
 // Work-tile index -> (Q tile, head, batch): Q tiles fastest, so the CTAs running at one time share the K and
-// V of one or two heads in L2. Causal: Q tiles in decreasing order, the ones that see the most keys first.
-// The host picks the grid: for a full mask (equal tiles) one CTA per SM, each taking tiles blockIdx.x,
-// blockIdx.x + gridDim.x, ...; for causal (unequal tiles) one CTA per tile, so that the hardware hands the
-// next tile, longest first within a head, to whichever SM frees up (a static cyclic assignment measured
-// 4-8% slower there).
+// V of one or two heads in L2. Causal: Q tiles in decreasing order, the ones that see the most keys first, so
+// that the short tiles at the end of each head fill the gaps (taken dynamically, see fwd_next_tile).
 template <class Config>
 __device__ __forceinline__ FwdTile fwd_tile_at(FwdParams<Config> const& params, int index) {
   int const m = index % params.num_m_blocks;
@@ -88,6 +87,16 @@ __device__ __forceinline__ KvTileRange kv_tile_range(FwdParams<Config> const& pa
   return {num_tiles, first_masked};
 }
 
+// The index of the work tile this CTA takes after `current`. The counter (zeroed on the stream before the launch)
+// hands out the indices after the first gridDim.x, which CTA c takes as c without asking. A CTA asks while it
+// starts its current tile, so the answer's latency hides behind that tile's loads. Taking tiles in the order CTAs
+// ask keeps causal tiles longest-first across the grid, and a CTA that starts late (its SM held by another
+// stream's kernel) finds the tiles taken and exits instead of holding up the others. Which CTA computes a tile
+// does not change its bits.
+__device__ __forceinline__ int fwd_next_tile(int32_t* tile_counter) {
+  return int(gridDim.x) + atomicAdd(tile_counter, 1);
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // Producer: a single thread, all work tiles of the CTA.
 // ------------------------------------------------------------------------------------------------------------
@@ -104,11 +113,28 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Config::SmemLayoutKV{});
 
   PipelineState<Config::kStages> stage;  // runs on across work tiles
-  uint32_t q_phase = 0;                  // flips with every Q tile loaded
-  for (int index = blockIdx.x; index < params.num_work_tiles; index += gridDim.x) {
+  uint32_t q_phase = 0;                  // flips with every tile announced
+  for (int index = blockIdx.x;;) {
+    // Q (and the tile index beside it) are overwritten only after every consumer warp finished the previous
+    // tile's last S GEMM and read its index (on the first tile the wait returns at once: a fresh mbarrier
+    // counts its phase before 0 as completed).
+    mbarrier_wait(&smem.q_empty, q_phase ^ 1u);
+    q_phase ^= 1u;
+    // Announce the tile. Its index is visible to every consumer that completes the q_full phase: the arrival
+    // below releases this write. An index past the end tells the consumers to stop.
+    smem.tile_index = index;
+    if (index >= params.num_work_tiles) {
+      mbarrier_arrive(&smem.q_full);
+      break;
+    }
+    int const next = fwd_next_tile(params.tile_counter);
     FwdTile const tile = fwd_tile_at(params, index);
     KvTileRange const range = kv_tile_range(params, tile.m_block);
-    if (range.num_tiles == 0) continue;  // the consumers write O = 0, LSE = -inf without waiting for data
+    index = next;
+    if (range.num_tiles == 0) {  // the consumers write O = 0, LSE = -inf: no data to load
+      mbarrier_arrive(&smem.q_full);
+      continue;
+    }
 
     int const head_kv = tile.head_q / params.group_size;
     Tensor gQ = local_tile(mQ(_, _, tile.head_q, tile.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{},
@@ -124,13 +150,9 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
     auto [tVgV, tVsV] = tma_partition(params.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                       group_modes<0, 2>(gV));
 
-    // Overwrite Q only after every consumer warp finished the previous tile's last S GEMM (on the first
-    // tile the wait returns at once: a fresh mbarrier counts its phase before 0 as completed).
-    mbarrier_wait(&smem.q_empty, q_phase ^ 1u);
     // The full barrier completes when the arrival (this thread) and the expected bytes (the TMA) are both in.
     mbarrier_arrive_expect_tx(&smem.q_full, Config::kQTileBytes);
     copy(params.tma_q.with(smem.q_full), tQgQ, tQsQ);
-    q_phase ^= 1u;
 
     for (int i = 0; i < range.num_tiles; ++i) {
       int const n = range.num_tiles - 1 - i;
@@ -210,7 +232,14 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
   PipelineState<kStages> k_stage;  // stage of the K tile for the next S GEMM; runs on across work tiles
   PipelineState<kStages> v_stage;  // stage of the V tile for the next O GEMM
   uint32_t q_phase = 0;
-  for (int index = blockIdx.x; index < params.num_work_tiles; index += gridDim.x) {
+  for (;;) {
+    // The producer's announcement of the next tile (and its Q, when the tile has keys to visit). Waiting here
+    // cannot hang: the producer announces every tile it takes and then one index past the end, and it waits
+    // only for the consumers' releases of earlier tiles, which every path below gives.
+    mbarrier_wait(&smem.q_full, q_phase);
+    q_phase ^= 1u;
+    int const index = smem.tile_index;
+    if (index >= params.num_work_tiles) break;
     FwdTile const tile = fwd_tile_at(params, index);
     KvTileRange const range = kv_tile_range(params, tile.m_block);
     int const row_base = tile.m_block * kBlockM;
@@ -221,11 +250,11 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     float o_rescale[kRows];
     clear(tOrO);
 
-    if (range.num_tiles > 0) {
+    if (range.num_tiles == 0) {
+      __syncwarp();            // every lane has read the index ...
+      release(&smem.q_empty);  // ... and no S GEMM reads Q: the producer may announce the next tile
+    } else {
       if (warpgroup == 1) pass_turn();
-      // Q is read by every S GEMM of the work tile; it arrives once per work tile.
-      mbarrier_wait(&smem.q_full, q_phase);
-      q_phase ^= 1u;
 
       // First KV tile: S only.
       int n = range.num_tiles - 1;

@@ -17,6 +17,7 @@
 #include "hopper/entry_points.h"
 #include "hopper/fwd/fwd_config.cuh"
 #include "hopper/fwd/fwd_kernel.cuh"
+#include "hopper/launch_host.cuh"
 #include "hopper/tma_host.cuh"
 
 namespace dash::hopper::fwd {
@@ -40,20 +41,16 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
 
   int const num_m_blocks = (pr.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   int64_t const num_tiles = int64_t(num_m_blocks) * pr.heads_q * pr.batch;
-  if (num_tiles > int64_t(INT32_MAX)) {
-    error = "problem: " + std::to_string(num_tiles) + " work tiles (128 query rows x heads x batch) exceed 2^31";
+  // Half the int32 range: fwd_next_tile's indices run past the last tile by up to the grid size.
+  if (num_tiles > int64_t(INT32_MAX / 2)) {
+    error = "problem: " + std::to_string(num_tiles) + " work tiles (128 query rows x heads x batch) exceed 2^30";
     return DASH_ERROR_UNSUPPORTED;
   }
-  // Full mask: persistent, one CTA per SM (one fits per SM) looping over equal work tiles, so the next
-  // tile's loads overlap the current tile's tail. Causal: one CTA per tile, dispatched by the hardware
-  // longest first (see fwd_tile_at).
+  // Persistent: one CTA per SM (one fits per SM), each taking work tiles until none is left (fwd_next_tile).
   int device = 0, num_sms = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status == cudaSuccess) status = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
-  if (status != cudaSuccess) {
-    error = std::string("cudaDeviceGetAttribute(MultiProcessorCount): ") + cudaGetErrorString(status);
-    return DASH_ERROR_CUDA;
-  }
+  if (status != cudaSuccess) return cuda_fail(error, "cudaDeviceGetAttribute(MultiProcessorCount)", status);
   FwdParams<Config> params{
       make_tma_copy(SM90_TMA_LOAD{}, gQ, typename Config::SmemLayoutQ{}),
       make_tma_copy(SM90_TMA_LOAD{}, gK, typename Config::SmemLayoutKVStage{}),
@@ -67,6 +64,7 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
       pr.heads_q / pr.heads_kv,
       num_m_blocks,
       int32_t(num_tiles),
+      static_cast<int32_t*>(launch.workspace),
       a.softmax_scale,
       float(double(a.softmax_scale) * 1.4426950408889634),  // log2(e)
   };
@@ -80,24 +78,17 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
     return s;
   }
 
-  auto kernel = forward_kernel<Config>;
-  int const smem_bytes = fwd_smem_bytes<Config>();
-  // Per call, not cached: the attribute is per device, and this is a cheap host-side call that is legal
-  // during stream capture.
-  status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (status != cudaSuccess) {
-    error = std::string("cudaFuncSetAttribute(MaxDynamicSharedMemorySize = ") + std::to_string(smem_bytes) +
-            "): " + cudaGetErrorString(status);
-    return DASH_ERROR_CUDA;
-  }
-  bool const causal = pr.mask_kind == DASH_MASK_CAUSAL;
-  dim3 const grid(unsigned(causal ? num_tiles : std::min<int64_t>(num_tiles, num_sms)));
-  kernel<<<grid, Config::kThreads, smem_bytes, launch.stream>>>(params);
-  status = cudaGetLastError();
-  if (status != cudaSuccess) {
-    error = std::string("launch of the Hopper forward kernel <head dim ") + std::to_string(kHeadDim) + ">: " +
-            cudaGetErrorString(status);
-    return DASH_ERROR_CUDA;
+  constexpr auto kernel = forward_kernel<Config>;
+  constexpr int kSmemBytes = fwd_smem_bytes<Config>();
+  if (dash_status s = opt_in_dynamic_smem<kernel>(device, kSmemBytes, "forward kernel", error); s != DASH_OK) return s;
+  // The tile counter starts at 0 on the stream, so every launch (and every replay of a captured graph) hands out
+  // its own tiles.
+  status = cudaMemsetAsync(launch.workspace, 0, sizeof(int32_t), launch.stream);
+  if (status != cudaSuccess) return cuda_fail(error, "cudaMemsetAsync(forward tile counter)", status);
+  dim3 const grid(unsigned(std::min<int64_t>(num_tiles, num_sms)));
+  kernel<<<grid, Config::kThreads, kSmemBytes, launch.stream>>>(params);
+  if ((status = cudaGetLastError()) != cudaSuccess) {
+    return cuda_fail(error, "launch of the Hopper forward kernel <head dim " + std::to_string(kHeadDim) + ">", status);
   }
   return DASH_OK;
 }
