@@ -238,7 +238,9 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     // only for the consumers' releases of earlier tiles, which every path below gives.
     mbarrier_wait(&smem.q_full, q_phase);
     q_phase ^= 1u;
-    int const index = smem.tile_index;
+    // Only the lane that later releases q_empty for its warp reads the index (then passes it on): its own
+    // release orders the read before the producer's next write.
+    int const index = __shfl_sync(0xffffffffu, lane_leader ? smem.tile_index : 0, 0);
     if (index >= params.num_work_tiles) break;
     FwdTile const tile = fwd_tile_at(params, index);
     KvTileRange const range = kv_tile_range(params, tile.m_block);
@@ -251,8 +253,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     clear(tOrO);
 
     if (range.num_tiles == 0) {
-      __syncwarp();            // every lane has read the index ...
-      release(&smem.q_empty);  // ... and no S GEMM reads Q: the producer may announce the next tile
+      release(&smem.q_empty);  // no S GEMM reads Q: the producer may announce the next tile
     } else {
       if (warpgroup == 1) pass_turn();
 
