@@ -271,41 +271,29 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
       softmax.template update<true>(scores, o_rescale);
       convert_to_element(tOrP, tSrS);
 
-      // Steady state: S for tile n-1 and O += P V for tile n in flight together. The previous step's O += P V
-      // is waited for after the next turn is taken, not at the end of the step: its wait must come after the
-      // softmax, and ptxas keeps it there only behind a barrier. (Without one it interleaves the conversion of
-      // P, which overwrites the registers that O += P V reads, with the exponentials, so the wait rose above
-      // the softmax and the two no longer overlapped: docs/history/kernel-notes.md.)
-      bool pv_in_flight = false;
-      auto finish_pv = [&] {  // O += P V done: O may be rescaled and P overwritten
-        if (pv_in_flight) {
-          warpgroup_wait<0>();
-          release(&smem.v_empty[v_stage.index]);
-          v_stage.advance();
-          scale_rows(output, o_rescale);
-          convert_to_element(tOrP, tSrS);
-        }
-      };
+      // Steady state: S for tile n-1 and O += P V for tile n in flight together.
       for (--n; n >= 0; --n) {
         wait_turn();
-        finish_pv();
         mbarrier_wait(&smem.k_full[k_stage.index], k_stage.phase);
         warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), tSrS);
         mbarrier_wait(&smem.v_full[v_stage.index], v_stage.phase);
         warpgroup_gemm<false, true>(mma_pv, tOrP_operand, tOrVt(_, _, _, v_stage.index), tOrO);
         pass_turn();
-        pv_in_flight = true;
         warpgroup_wait<1>();  // the S GEMM (committed first) is done; O += P V may still run
         release(&smem.k_empty[k_stage.index]);
         k_stage.advance();
         if (n == 0) release(&smem.q_empty);
         if (n >= range.first_masked) mask_tile(n);
         softmax.template update<false>(scores, o_rescale);
+        warpgroup_wait<0>();  // O += P V done: O may be rescaled and P overwritten
+        release(&smem.v_empty[v_stage.index]);
+        v_stage.advance();
+        scale_rows(output, o_rescale);
+        convert_to_element(tOrP, tSrS);
       }
 
       // Last KV tile: O += P V only.
       wait_turn();
-      finish_pv();
       mbarrier_wait(&smem.v_full[v_stage.index], v_stage.phase);
       warpgroup_gemm<false, true>(mma_pv, tOrP_operand, tOrVt(_, _, _, v_stage.index), tOrO);
       if (warpgroup == 0) pass_turn();
