@@ -112,16 +112,12 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const BwdParams params = make_params(a, *plan, deterministic, ws, w);
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
-  // Zero what must start at zero: the ticket and order counters always; the dQ accumulators only when adds
-  // are unordered (deterministic mode stores each accumulator's first partial); the split-GQA dK/dV
-  // accumulators always (every group rank adds).
+  // Zero what must start at zero: the ticket and order counters always; the split-GQA dK/dV accumulators always
+  // (every group rank adds). The dQ accumulators start at zero only when adds are unordered: the preprocess
+  // kernel zeroes them then, in the same pass that writes delta (deterministic mode stores each accumulator's
+  // first partial).
   if (cudaError_t s = cudaMemsetAsync(ws, 0, w.counters_end, stream); s != cudaSuccess) {
     return cuda_fail("cudaMemsetAsync(counters)", s);
-  }
-  if (!deterministic) {
-    if (cudaError_t s = cudaMemsetAsync(ws + w.dq_accum, 0, w.dk_accum - w.dq_accum, stream); s != cudaSuccess) {
-      return cuda_fail("cudaMemsetAsync(dq_accum)", s);
-    }
   }
   if (params.split_dkv) {
     if (cudaError_t s = cudaMemsetAsync(ws + w.dk_accum, 0, w.total - w.dk_accum, stream); s != cudaSuccess) {

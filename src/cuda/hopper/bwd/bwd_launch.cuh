@@ -48,9 +48,11 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStr
     return s;
   }
 
-  // 1. delta and LSE2, per padded query row: one warp per row, 8 rows per block.
+  // 1. delta and LSE2 per padded query row (and the zeroed dQ accumulators in non-deterministic mode).
+  constexpr int kRowsPerBlock = RowSlices<kHeadDim>::kRowsPerBlock;
   {
-    const dim3 grid(unsigned((params.num_q_tiles * kBlockM + 7) / 8), unsigned(params.batch * params.heads_q));
+    const dim3 grid(unsigned((params.num_q_tiles * kBlockM + kRowsPerBlock - 1) / kRowsPerBlock),
+                    unsigned(params.batch * params.heads_q));
     bwd_preprocess<kHeadDim, StdElement><<<grid, 256, 0, stream>>>(params);
     if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
       return cuda_fail(error, "launch of bwd_preprocess", status);
@@ -71,10 +73,13 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStr
     kernel<<<unsigned(num_ctas), unsigned(Config::kThreads), kSmemBytes, stream>>>(kernel_params);
     if ((status = cudaGetLastError()) != cudaSuccess) return cuda_fail(error, "launch of backward kernel", status);
   }
-  // 3. fp32 accumulators -> outputs, grid-stride over the elements (8 blocks per CTA of the main kernel: the grid
-  // size changes no result).
+  // 3. fp32 accumulators -> outputs: dQ, and dK / dV in a second z-slice for split-head GQA (batch * heads_q <=
+  // 65535, checked by dash_check_problem, bounds both).
   {
-    bwd_convert<kHeadDim, StdElement><<<unsigned(num_ctas * 8), 256, 0, stream>>>(params);
+    const int rows = params.mask.seqlen_q > params.mask.seqlen_k ? params.mask.seqlen_q : params.mask.seqlen_k;
+    const dim3 grid(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(params.batch * params.heads_q),
+                    params.split_dkv ? 2u : 1u);
+    bwd_convert<kHeadDim, StdElement><<<grid, 256, 0, stream>>>(params);
     if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
       return cuda_fail(error, "launch of bwd_convert", status);
     }

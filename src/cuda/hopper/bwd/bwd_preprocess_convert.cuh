@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // hopper/bwd/bwd_preprocess_convert.cuh — the two small kernels around the plan-executing main kernel:
 //   bwd_preprocess: delta = rowsum(dO * O) in fp32 and LSE in base 2, padded to whole Q tiles (the main kernel
-//                   bulk-copies one tile's rows without bounds);
+//                   bulk-copies one tile's rows without bounds), and in non-deterministic mode the zeroed dQ
+//                   accumulators;
 //   bwd_convert:    the fp32 accumulators -> dQ (times softmax_scale), and dK / dV for split-head GQA.
 // Plain CUDA (no wgmma, no TMA): they are bound by memory bandwidth.
 #pragma once
@@ -16,38 +17,69 @@ namespace dash::hopper::bwd {
 
 using kernels::bwd::BwdTiles;
 
+// Both kernels give each thread 8 consecutive head-dim elements of one row (16-byte loads and stores of the 2-byte
+// tensors), kHeadDim / 8 threads to a row and 256 threads to a block; blockIdx.y is the (batch, head) pair.
+template <int kHeadDim>
+struct RowSlices {
+  static constexpr int kThreadsPerRow = kHeadDim / 8;
+  static constexpr int kRowsPerBlock = 256 / kThreadsPerRow;
+  static_assert(kHeadDim % 8 == 0 && kThreadsPerRow <= 32 && 32 % kThreadsPerRow == 0);
+  int row;    // this thread's row
+  int first;  // its first head-dim element (a multiple of 8)
+
+  __device__ __forceinline__ RowSlices()
+      : row(int(blockIdx.x) * kRowsPerBlock + int(threadIdx.x) / kThreadsPerRow),
+        first(int(threadIdx.x) % kThreadsPerRow * 8) {}
+};
+
 // ---------------------------------------------------------------------------------------------------------
-// Preprocess: delta and base-2 LSE per (batch, head, padded row). One warp per row.
+// Preprocess: delta and base-2 LSE per (batch, head, padded row); in non-deterministic mode also the zeros the
+// dQ accumulators start from (the main kernel's adds are unordered there; deterministic mode stores each
+// accumulator's first partial instead).
 
 template <int kHeadDim, class Element>
 __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
   constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;
+  constexpr int kThreadsPerRow = RowSlices<kHeadDim>::kThreadsPerRow;
+  const RowSlices<kHeadDim> slice;
   const int padded_rows = p.num_q_tiles * kBlockM;
-  const int row = blockIdx.x * 8 + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
   const int bh = blockIdx.y;  // batch * heads_q + head
-  if (row >= padded_rows) return;
-  const int b = bh / p.heads_q, h = bh % p.heads_q;
-  const size_t out = size_t(bh) * padded_rows + row;
-  if (row >= p.mask.seqlen_q) {
-    if (lane == 0) {
+  // Every thread of a row leaves here or below together (the row's shuffles name only its own lanes).
+  if (slice.row >= padded_rows) return;
+  const size_t out = size_t(bh) * padded_rows + slice.row;
+  if (!p.deterministic) {
+    // The accumulator of (bh, q_tile) holds kBlockM rows of kHeadDim floats (swizzled inside the row's 16-byte
+    // chunks' order only), so padded row r's floats are the kHeadDim starting at out * kHeadDim.
+    float4* acc = reinterpret_cast<float4*>(p.dq_accum + out * kHeadDim + slice.first);
+    acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  if (slice.row >= p.mask.seqlen_q) {
+    if (slice.first == 0) {
       p.delta[out] = 0.f;
       p.lse_log2[out] = __int_as_float(0x7f800000);  // +inf: P = exp2(s - inf) = 0 on padding rows
     }
     return;
   }
-  const Element* o = static_cast<const Element*>(p.o.data) + b * p.o.batch_stride + int64_t(row) * p.o.seq_stride +
-                     h * p.o.head_stride;
-  const Element* dout = static_cast<const Element*>(p.dout.data) + b * p.dout.batch_stride +
-                        int64_t(row) * p.dout.seq_stride + h * p.dout.head_stride;
+  const int b = bh / p.heads_q, h = bh % p.heads_q;
+  auto row_slice = [&](dash_tensor const& t) {  // the thread's 8 elements (16-byte aligned: tensor_checks.cpp)
+    return *reinterpret_cast<const uint4*>(static_cast<const Element*>(t.data) + b * t.batch_stride +
+                                           int64_t(slice.row) * t.seq_stride + h * t.head_stride + slice.first);
+  };
+  const uint4 o_bits = row_slice(p.o), dout_bits = row_slice(p.dout);
+  const Element* o = reinterpret_cast<const Element*>(&o_bits);
+  const Element* dout = reinterpret_cast<const Element*>(&dout_bits);
   float sum = 0.f;
-  for (int d = lane * 2; d < kHeadDim; d += 64) {
-    sum += float(o[d]) * float(dout[d]) + float(o[d + 1]) * float(dout[d + 1]);
-  }
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) {
-    const float lse = p.lse[size_t(bh) * p.mask.seqlen_q + row];
+  for (int i = 0; i < 8; ++i) sum += float(o[i]) * float(dout[i]);
+  // The row's kThreadsPerRow lanes are consecutive and aligned within the warp.
+  const unsigned lane = threadIdx.x % 32;
+  const unsigned row_lanes = (kThreadsPerRow == 32 ? 0xffffffffu : ((1u << kThreadsPerRow) - 1u))
+                             << (lane / kThreadsPerRow * kThreadsPerRow);
+#pragma unroll
+  for (int off = kThreadsPerRow / 2; off > 0; off /= 2) sum += __shfl_xor_sync(row_lanes, sum, off);
+  if (slice.first == 0) {
+    const float lse = p.lse[size_t(bh) * p.mask.seqlen_q + slice.row];
     p.delta[out] = sum;
     // A row that sees no key has LSE = -inf: +inf here makes its P (and so dS, dQ, and its dK/dV share) 0.
     p.lse_log2[out] = (lse == -__int_as_float(0x7f800000)) ? __int_as_float(0x7f800000) : lse * 1.4426950408889634f;
@@ -55,60 +87,47 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Convert: dq_accum -> dQ (times softmax_scale; zero for Q tiles no visit contributes to), and for split-head
-// GQA dk/dv_accum -> dK/dV. 4 elements per thread.
+// Convert: dq_accum -> dQ (times softmax_scale; zero for Q tiles no visit contributes to) for blockIdx.z == 0, and
+// for split-head GQA dk/dv_accum -> dK/dV for blockIdx.z == 1 (blockIdx.y the (batch, KV head) pair there).
 
 template <int kHeadDim, class Element>
 __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
   constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;
   constexpr int kBlockN = BwdTiles<kHeadDim>::kBlockN;
-  constexpr int kQuads = kHeadDim / 4;
-  const int64_t dq_quads = int64_t(p.batch) * p.heads_q * p.mask.seqlen_q * kQuads;
-  const int64_t dkv_quads = p.split_dkv ? int64_t(p.batch) * p.heads_kv * p.mask.seqlen_k * kQuads : 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < dq_quads + dkv_quads;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    if (i < dq_quads) {
-      const int d = int(i % kQuads) * 4;
-      int64_t rest = i / kQuads;
-      const int h = int(rest % p.heads_q);
-      rest /= p.heads_q;
-      const int row = int(rest % p.mask.seqlen_q);
-      const int b = int(rest / p.mask.seqlen_q);
-      const int q_tile = row / kBlockM;
-      const int head_in_unit = p.gqa_mode == DASH_GQA_PACK_GROUP ? h % p.group_size : 0;
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      // A Q tile with no contribution was never written (deterministic mode stores its first partial).
-      if (p.dq_count[head_in_unit * p.num_q_tiles + q_tile] != 0) {
-        const int64_t accumulator = (int64_t(b) * p.heads_q + h) * p.num_q_tiles + q_tile;
-        // The tile is in the staging layout (store_warp_loop copies it as one flat range); d is a multiple
-        // of 4, so the 4-float chunk stays contiguous.
-        acc = *reinterpret_cast<const float4*>(p.dq_accum + accumulator * (kBlockM * kHeadDim) +
-                                               swz_f32<kHeadDim>(row % kBlockM, d));
-      }
-      Element* out = static_cast<Element*>(p.dq.data) + b * p.dq.batch_stride + int64_t(row) * p.dq.seq_stride +
-                     h * p.dq.head_stride + d;
-      uint2 packed;
-      packed.x = pack_pair<Element>(acc.x * p.softmax_scale, acc.y * p.softmax_scale);
-      packed.y = pack_pair<Element>(acc.z * p.softmax_scale, acc.w * p.softmax_scale);
-      *reinterpret_cast<uint2*>(out) = packed;
-    } else {
-      const int64_t j = i - dq_quads;
-      const int d = int(j % kQuads) * 4;
-      int64_t rest = j / kQuads;
-      const int hk = int(rest % p.heads_kv);
-      rest /= p.heads_kv;
-      const int row = int(rest % p.mask.seqlen_k);
-      const int b = int(rest / p.mask.seqlen_k);
-      const int64_t src = ((int64_t(b) * p.heads_kv + hk) * (int64_t(p.num_kv_tiles) * kBlockN) + row) * kHeadDim + d;
-      const float4 dk = *reinterpret_cast<const float4*>(p.dk_accum + src);  // already times softmax_scale
-      const float4 dv = *reinterpret_cast<const float4*>(p.dv_accum + src);
-      Element* dk_out = static_cast<Element*>(p.dk.data) + b * p.dk.batch_stride + int64_t(row) * p.dk.seq_stride +
-                        hk * p.dk.head_stride + d;
-      Element* dv_out = static_cast<Element*>(p.dv.data) + b * p.dv.batch_stride + int64_t(row) * p.dv.seq_stride +
-                        hk * p.dv.head_stride + d;
-      *reinterpret_cast<uint2*>(dk_out) = make_uint2(pack_pair<Element>(dk.x, dk.y), pack_pair<Element>(dk.z, dk.w));
-      *reinterpret_cast<uint2*>(dv_out) = make_uint2(pack_pair<Element>(dv.x, dv.y), pack_pair<Element>(dv.z, dv.w));
+  const RowSlices<kHeadDim> slice;
+  const int bh = blockIdx.y;
+  auto store = [&](dash_tensor const& t, int b, int h, float4 lo, float4 hi, float scale) {
+    Element* dst = static_cast<Element*>(t.data) + b * t.batch_stride + int64_t(slice.row) * t.seq_stride +
+                   h * t.head_stride + slice.first;
+    *reinterpret_cast<uint4*>(dst) = make_uint4(pack_pair<Element>(lo.x * scale, lo.y * scale),
+                                                pack_pair<Element>(lo.z * scale, lo.w * scale),
+                                                pack_pair<Element>(hi.x * scale, hi.y * scale),
+                                                pack_pair<Element>(hi.z * scale, hi.w * scale));
+  };
+  if (blockIdx.z == 0) {
+    if (slice.row >= p.mask.seqlen_q) return;
+    const int b = bh / p.heads_q, h = bh % p.heads_q;
+    const int q_tile = slice.row / kBlockM;
+    const int head_in_unit = p.gqa_mode == DASH_GQA_PACK_GROUP ? h % p.group_size : 0;
+    float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
+    // A Q tile with no contribution was never written (deterministic mode stores its first partial).
+    if (p.dq_count[head_in_unit * p.num_q_tiles + q_tile] != 0) {
+      // The tile is in the staging layout (store_warp_loop copies it as one flat range); each 4-float chunk
+      // stays contiguous under the swizzle.
+      const float* tile = p.dq_accum + (int64_t(bh) * p.num_q_tiles + q_tile) * (kBlockM * kHeadDim);
+      lo = *reinterpret_cast<const float4*>(tile + swz_f32<kHeadDim>(slice.row % kBlockM, slice.first));
+      hi = *reinterpret_cast<const float4*>(tile + swz_f32<kHeadDim>(slice.row % kBlockM, slice.first + 4));
     }
+    store(p.dq, b, h, lo, hi, p.softmax_scale);
+  } else {
+    if (bh >= p.batch * p.heads_kv || slice.row >= p.mask.seqlen_k) return;
+    const int b = bh / p.heads_kv, hk = bh % p.heads_kv;
+    const int64_t src = (int64_t(bh) * (int64_t(p.num_kv_tiles) * kBlockN) + slice.row) * kHeadDim + slice.first;
+    // Already times softmax_scale.
+    store(p.dk, b, hk, *reinterpret_cast<const float4*>(p.dk_accum + src),
+          *reinterpret_cast<const float4*>(p.dk_accum + src + 4), 1.f);
+    store(p.dv, b, hk, *reinterpret_cast<const float4*>(p.dv_accum + src),
+          *reinterpret_cast<const float4*>(p.dv_accum + src + 4), 1.f);
   }
 }
 
