@@ -40,16 +40,8 @@ struct FwdConfig {
   static constexpr KernelTableRow kTableRow = kernel_table_row(kHeadDim);
   static_assert(kTableRow.head_dim == kHeadDim, "no row for this head dim in dash/kernel_table.hpp");
   static constexpr int kBlockN = kTableRow.fwd_block_n;
-#if defined(DASH_FWD_HD64_STAGES)  // EXPERIMENT (A/B builds only)
-  static constexpr int kStages = kHeadDim == 64 ? DASH_FWD_HD64_STAGES : kTableRow.fwd_stages;
-#else
   static constexpr int kStages = kTableRow.fwd_stages;
-#endif
-#if defined(DASH_FWD_HD64_POLY)  // EXPERIMENT (A/B builds only)
-  static constexpr int kExp2PolyEvery = kHeadDim == 64 ? DASH_FWD_HD64_POLY : kTableRow.fwd_exp2_poly_every;
-#else
   static constexpr int kExp2PolyEvery = kTableRow.fwd_exp2_poly_every;
-#endif
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // warpgroup 0 produces, 1..2 consume
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kConsumerWarps = kConsumerThreads / 32;

@@ -274,17 +274,9 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
       // Steady state: S for tile n-1 and O += P V for tile n in flight together.
       for (--n; n >= 0; --n) {
         wait_turn();
-#if DASH_FWD_WG1_SKIPS_DATA_WAIT  // EXPERIMENT
-        if (warpgroup == 0) mbarrier_wait(&smem.k_full[k_stage.index], k_stage.phase);
-#else
         mbarrier_wait(&smem.k_full[k_stage.index], k_stage.phase);
-#endif
         warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), tSrS);
-#if DASH_FWD_WG1_SKIPS_DATA_WAIT  // EXPERIMENT
-        if (warpgroup == 0) mbarrier_wait(&smem.v_full[v_stage.index], v_stage.phase);
-#else
         mbarrier_wait(&smem.v_full[v_stage.index], v_stage.phase);
-#endif
         warpgroup_gemm<false, true>(mma_pv, tOrP_operand, tOrVt(_, _, _, v_stage.index), tOrO);
         pass_turn();
         warpgroup_wait<1>();  // the S GEMM (committed first) is done; O += P V may still run
