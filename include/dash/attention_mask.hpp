@@ -23,8 +23,16 @@ struct AttentionMask {
   int32_t window_left;   // DASH_MASK_WINDOW only; -1 = unbounded
   int32_t window_right;  // DASH_MASK_WINDOW only; -1 = unbounded
 
+  // A window side at least as wide as the sequences bounds nothing (left >= seqlen_k: key_begin is 0 for every
+  // row; right >= seqlen_q: key_end is seqlen_k): it is made unbounded, which sees the same keys and keeps the
+  // kernels' band arithmetic (row + offset -/+ side) within int32.
   DASH_HOST_DEVICE static AttentionMask of(const dash_problem& p) {
-    return {p.mask_kind, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+    AttentionMask m{p.mask_kind, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+    if (m.kind == DASH_MASK_WINDOW) {
+      if (m.window_left >= m.seqlen_k) m.window_left = -1;
+      if (m.window_right >= m.seqlen_q) m.window_right = -1;
+    }
+    return m;
   }
 
   DASH_HOST_DEVICE bool causal() const { return kind == DASH_MASK_CAUSAL; }

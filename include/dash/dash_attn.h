@@ -11,9 +11,11 @@
  * engine, which needs every base pointer 16-byte aligned and every stride a multiple of 16 bytes (8 bf16 /
  * fp16 elements). For a dimension of size 1 the stride is never used and may be anything.
  *
- * Masks (dash_problem.mask_kind): DASH_MASK_FULL, or DASH_MASK_CAUSAL aligned bottom-right as FlashAttention
- * does when seqlen_q != seqlen_k: query i sees key j iff j <= i + seqlen_k - seqlen_q. A query row that sees
- * no key gets O = 0 and LSE = -inf. DASH_MASK_WINDOW is answered with DASH_ERROR_UNSUPPORTED.
+ * Masks (dash_problem.mask_kind), aligned bottom-right as FlashAttention aligns them when seqlen_q != seqlen_k
+ * (offset = seqlen_k - seqlen_q): DASH_MASK_FULL; DASH_MASK_CAUSAL, query i sees key j iff j <= i + offset;
+ * DASH_MASK_WINDOW, a sliding window: i + offset - window_left <= j <= i + offset + window_right, -1 leaving
+ * that side unbounded (FlashAttention's window_size; its causal window is window_right = 0). A query row that
+ * sees no key gets O = 0 and LSE = -inf, and its gradients are 0.
  *
  * GQA / MQA: heads_q must be a multiple of heads_kv; query head h reads KV head h / (heads_q / heads_kv).
  *

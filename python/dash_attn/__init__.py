@@ -57,7 +57,7 @@ if torch is not None:
     from . import _torch_ops
 
     def attention(q, k, v, causal=False, softmax_scale=None, deterministic=True, schedule="auto",
-                  return_lse=False, sm_margin=0):
+                  return_lse=False, sm_margin=0, window_size=(-1, -1)):
         """softmax(q k^T * scale) v for (batch, seqlen, heads, head_dim) tensors.
 
         causal: bottom-right aligned when seqlen_q != seqlen_k, as FlashAttention does (query i sees key j iff
@@ -69,17 +69,22 @@ if torch is not None:
             seqlen_q), fp32, not differentiable. sm_margin: SMs the backward leaves free for other kernels
             (communication, as FA3's sm_margin): it launches SMs - sm_margin CTAs. Any margin gives the same bits as
             long as the plan's wave of CTAs fits; below it a named schedule is refused and auto takes another plan
-            (docs/DEADLOCK.md).
+            (docs/DEADLOCK.md). window_size: FlashAttention's sliding window (left, right): query i sees key j iff
+            i + offset - left <= j <= i + offset + right (offset = seqlen_k - seqlen_q), -1 leaving a side
+            unbounded; (-1, -1), the default, is no window. With causal=True the right side is 0 (pass -1 or 0).
         Size limits (plan format, index types) are checked before anything is planned or allocated.
         """
-        validate(q, k, v, causal, softmax_scale, schedule, deterministic, sm_margin=sm_margin)
-        return _attention(q, k, v, causal, softmax_scale, deterministic, schedule, return_lse, sm_margin)
+        validate(q, k, v, causal, softmax_scale, schedule, deterministic, sm_margin=sm_margin,
+                 window_size=window_size)
+        return _attention(q, k, v, causal, softmax_scale, deterministic, schedule, return_lse, sm_margin,
+                          tuple(window_size))
 
-    def _attention(q, k, v, causal, softmax_scale, deterministic, schedule, return_lse, sm_margin=0):
+    def _attention(q, k, v, causal, softmax_scale, deterministic, schedule, return_lse, sm_margin=0,
+                   window_size=(-1, -1)):
         scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
         needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
         out, lse = _torch_ops.fwd(q, k, v, causal, scale, bool(deterministic), schedule, needs_backward,
-                                  int(sm_margin))
+                                  int(sm_margin), int(window_size[0]), int(window_size[1]))
         return (out, lse) if return_lse else out
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,

@@ -191,10 +191,19 @@ def _read_schedule_names():
 SCHEDULES = _read_schedule_names()
 
 
-def make_problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal) -> Problem:
+def mask_of(causal: bool, window_left: int = -1, window_right: int = -1) -> tuple:
+    """(mask_kind, window_left, window_right) of dash_problem for FlashAttention's (causal, window_size): no window
+    is (-1, -1); a window with causal=True has its right side 0 (the keys up to the diagonal)."""
+    if window_left == -1 and window_right == -1:
+        return (DASH_MASK_CAUSAL if causal else DASH_MASK_FULL), -1, -1
+    return DASH_MASK_WINDOW, window_left, 0 if causal else window_right
+
+
+def make_problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, window_left=-1,
+                 window_right=-1) -> Problem:
+    kind, left, right = mask_of(causal, window_left, window_right)
     return Problem(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-                   head_dim=head_dim, mask_kind=DASH_MASK_CAUSAL if causal else DASH_MASK_FULL, window_left=-1,
-                   window_right=-1, reserved=0)
+                   head_dim=head_dim, mask_kind=kind, window_left=left, window_right=right, reserved=0)
 
 
 def attention_flops(problem: Problem, backward: bool) -> float:

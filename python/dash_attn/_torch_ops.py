@@ -21,7 +21,7 @@ _CPU_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def validate(q, k, v, causal, softmax_scale, schedule, deterministic, names=("q", "k", "v"),
-             layout="(batch, seqlen, heads, head_dim)", shown=None, sm_margin=0):
+             layout="(batch, seqlen, heads, head_dim)", shown=None, sm_margin=0, window_size=(-1, -1)):
     """Raises TypeError / ValueError naming the offending argument, the same for CPU and CUDA tensors.
 
     `names` and `layout` are how the caller calls its tensors, and `shown(t)` the shape the caller passed
@@ -75,6 +75,16 @@ def validate(q, k, v, causal, softmax_scale, schedule, deterministic, names=("q"
         raise ValueError(f"dash_attn: softmax_scale must be finite and > 0, got {softmax_scale}")
     if not isinstance(causal, bool):
         raise TypeError(f"dash_attn: causal must be a bool, got {type(causal).__name__}")
+    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
+            or any(isinstance(w, bool) or not isinstance(w, int) for w in window_size)):
+        raise TypeError(f"dash_attn: window_size must be a pair of ints (left, right), got {window_size!r}")
+    left, right = window_size
+    if left < -1 or right < -1:
+        raise ValueError(f"dash_attn: window_size entries must be >= 0, or -1 for an unbounded side; got "
+                         f"{tuple(window_size)}")
+    if causal and right not in (-1, 0):
+        raise ValueError(f"dash_attn: causal=True with window_size[1] = {right}: a causal window ends at the diagonal "
+                         f"(pass -1 or 0 there, or causal=False for a window reaching {right} keys past it)")
 
 
 # The kernels' head dims, which the CPU backend accepts too (read once at import: validate() runs inside
@@ -86,9 +96,9 @@ def supported_head_dims():
     return SUPPORTED_HEAD_DIMS
 
 
-def _problem(q, k, causal) -> _abi.Problem:
+def _problem(q, k, causal, window_left=-1, window_right=-1) -> _abi.Problem:
     b, sq, hq, d = q.shape
-    return _abi.make_problem(b, hq, k.shape[2], sq, k.shape[1], d, causal)
+    return _abi.make_problem(b, hq, k.shape[2], sq, k.shape[1], d, causal, window_left, window_right)
 
 
 _sm_counts: dict = {}
@@ -130,19 +140,21 @@ def _on_device(device: torch.device, launch):
 _lib = torch.library.Library("dash_attn", "DEF")
 # deterministic / schedule / sm_margin are carried for the backward (autograd saves them from the forward).
 # needs_backward: the caller will differentiate, so the backward's limits are checked before anything is allocated.
+# window_left / window_right: FlashAttention's window_size (-1, -1: none; with causal, the right side is 0).
 _lib.define("fwd(Tensor q, Tensor k, Tensor v, bool causal, float softmax_scale, bool deterministic, str schedule, "
-            "bool needs_backward=False, int sm_margin=0) -> (Tensor, Tensor)")
+            "bool needs_backward=False, int sm_margin=0, int window_left=-1, int window_right=-1) -> (Tensor, Tensor)")
 # sm_margin: SMs the backward leaves to other kernels (it launches SMs - sm_margin CTAs); the bits are the same for
 # any margin whose CTAs hold the plan's wave (dash_plan_create).
 _lib.define("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, float softmax_scale, "
-            "bool deterministic, str schedule, int sm_margin=0) -> (Tensor, Tensor, Tensor)")
+            "bool deterministic, str schedule, int sm_margin=0, int window_left=-1, int window_right=-1) -> "
+            "(Tensor, Tensor, Tensor)")
 
 
 class _FwdShape:
     """What a CUDA forward call of one shape needs besides its tensors, worked out on its first call."""
 
-    def __init__(self, q, k, causal, needs_backward):
-        problem = _problem(q, k, causal)
+    def __init__(self, q, k, causal, needs_backward, window):
+        problem = _problem(q, k, causal, *window)
         _abi.check_problem(problem, needs_backward)
         self.problem = _abi.problem_values(problem)
         self.dtype = _GPU_DTYPES[q.dtype]
@@ -154,8 +166,8 @@ class _BwdShape:
     """What a CUDA backward call of one (shape, schedule, device, margin) needs besides its tensors: the plan (its
     unit template is cached in the library per sequence template) and the workspace size."""
 
-    def __init__(self, q, k, causal, schedule, sm_margin):
-        problem = _problem(q, k, causal)
+    def __init__(self, q, k, causal, schedule, sm_margin, window):
+        problem = _problem(q, k, causal, *window)
         self.problem = _abi.problem_values(problem)
         self.dtype = _GPU_DTYPES[q.dtype]
         num_ctas = _num_ctas(q.device, sm_margin)
@@ -172,11 +184,12 @@ _fwd_shapes: dict = {}
 _bwd_shapes: dict = {}
 
 
-def _fwd_cuda(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0):
-    key = (q.shape, k.shape, q.dtype, causal, needs_backward)
+def _fwd_cuda(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0,
+              window_left=-1, window_right=-1):
+    key = (q.shape, k.shape, q.dtype, causal, needs_backward, window_left, window_right)
     shape = _fwd_shapes.get(key)
     if shape is None:
-        shape = _fwd_shapes[key] = _FwdShape(q, k, causal, needs_backward)
+        shape = _fwd_shapes[key] = _FwdShape(q, k, causal, needs_backward, (window_left, window_right))
     b, sq, hq, _ = q.shape
     lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -187,8 +200,9 @@ def _fwd_cuda(q, k, v, causal, softmax_scale, deterministic, schedule, needs_bac
     return o, lse
 
 
-def _fwd_cpu(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0):
-    problem = _problem(q, k, causal)
+def _fwd_cpu(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0,
+             window_left=-1, window_right=-1):
+    problem = _problem(q, k, causal, window_left, window_right)
     _abi.check_problem(problem, needs_backward)
     b, sq, hq, _ = q.shape
     lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
@@ -200,11 +214,12 @@ def _fwd_cpu(q, k, v, causal, softmax_scale, deterministic, schedule, needs_back
     return o32.to(q.dtype), lse
 
 
-def _bwd_cuda(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0):
-    key = (q.shape, k.shape, q.dtype, causal, schedule, q.device.index, sm_margin)
+def _bwd_cuda(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0, window_left=-1,
+              window_right=-1):
+    key = (q.shape, k.shape, q.dtype, causal, schedule, q.device.index, sm_margin, window_left, window_right)
     shape = _bwd_shapes.get(key)
     if shape is None:
-        shape = _bwd_shapes[key] = _BwdShape(q, k, causal, schedule, sm_margin)
+        shape = _bwd_shapes[key] = _BwdShape(q, k, causal, schedule, sm_margin, (window_left, window_right))
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
@@ -230,8 +245,9 @@ def _bwd_cuda(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, sched
     return dq, dk, dv
 
 
-def _bwd_cpu(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0):
-    problem = _problem(q, k, causal)
+def _bwd_cpu(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0, window_left=-1,
+             window_right=-1):
+    problem = _problem(q, k, causal, window_left, window_right)
     plan = _abi.HostPlan(problem, schedule, _num_ctas(q.device, sm_margin), _abi.DASH_GQA_AUTO)
     q32, k32, v32, o32, do32 = (t.float().contiguous() for t in (q, k, v, o, dout))
     dq, dk, dv = (torch.empty_like(t) for t in (q32, k32, v32))
@@ -251,30 +267,32 @@ bwd = torch.ops.dash_attn.bwd.default
 
 
 @torch.library.register_fake("dash_attn::fwd", lib=_lib)
-def _(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0):
+def _(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0, window_left=-1,
+      window_right=-1):
     b, sq, hq, _ = q.shape
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((b, hq, sq), dtype=torch.float32)
 
 
 @torch.library.register_fake("dash_attn::bwd", lib=_lib)
-def _(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0):
+def _(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0, window_left=-1,
+      window_right=-1):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, deterministic, schedule, _needs_backward, sm_margin = inputs
+    q, k, v, causal, softmax_scale, deterministic, schedule, _needs_backward, sm_margin, *window = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.causal, ctx.softmax_scale, ctx.deterministic, ctx.schedule = causal, softmax_scale, deterministic, schedule
-    ctx.sm_margin = sm_margin
+    ctx.sm_margin, ctx.window = sm_margin, (tuple(window) + (-1, -1))[:2]
     ctx.mark_non_differentiable(lse)
 
 
 def _backward(ctx, dout, _dlse):
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = bwd(dout, q, k, v, o, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic, ctx.schedule,
-                     ctx.sm_margin)
-    return dq, dk, dv, None, None, None, None, None, None
+                     ctx.sm_margin, *ctx.window)
+    return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd("dash_attn::fwd", _backward, setup_context=_setup_context, lib=_lib)

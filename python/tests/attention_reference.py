@@ -19,15 +19,31 @@ when every query sees exactly one key (seqlen_k = 1), softmax has a zero Jacobia
 and PyTorch's math gives exactly 0, while any flash-style kernel returns the fp32 rounding of dP - delta,
 about 1e-7 of the gradient's scale. Both baselines are computed from the caller's inputs the same way for
 every shape: nothing is tuned per shape.
+
+One more absolute term covers what neither baseline reproduces: the kernels form P = exp2(S * scale * log2(e)
+- LSE * log2(e)) from the forward's fp32 LSE, two fp32 roundings that leave P a few fp32 ulps from the exact
+value even where the baselines are exact (a row that sees a single key: P = 1 there, and the error is all of
+dV's). It is 2 * max|(ref + 0.3 - 0.3) - ref| in fp32, below the other terms except in such cases.
 """
 import torch
 
 
 def visibility(sq, sk, causal, device):
-    """(sq, sk) bool: query i sees key j (bottom-right aligned causal mask)."""
-    if not causal:
-        return torch.ones(sq, sk, dtype=torch.bool, device=device)
-    return torch.arange(sk, device=device)[None, :] <= torch.arange(sq, device=device)[:, None] + (sk - sq)
+    """(sq, sk) bool: query i sees key j. `causal` is a bool (the bottom-right aligned causal mask, or none) or a
+    window (left, right): i + offset - left <= j <= i + offset + right with offset = sk - sq, -1 = unbounded side.
+    Every function below takes the mask in this form and passes it here."""
+    if isinstance(causal, tuple):
+        left, right = causal
+    else:
+        left, right = -1, (0 if causal else -1)
+    diagonal = torch.arange(sq, device=device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=device)[None, :]
+    vis = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if left >= 0:
+        vis &= j >= diagonal - left
+    if right >= 0:
+        vis &= j <= diagonal + right
+    return vis
 
 
 def _expand_kv(q, k, v):
@@ -112,7 +128,7 @@ def check_against_reference(ours, q, k, v, dout, causal, scale, low_dtype, label
             continue
         err = (a64 - r64).abs().max().item()
         base = max((m.double() - r64).abs().max().item(), (f.double() - r64).abs().max().item())
-        budget = 2 * base + rounding_term(r64, a.dtype)
+        budget = 2 * base + rounding_term(r64, a.dtype) + 2 * rounding_term(r64, torch.float32)
         report[name] = (err, budget)
         if not err <= budget:
             failures.append(f"{name}: error {err:.3e} > budget {budget:.3e} (baselines: math "

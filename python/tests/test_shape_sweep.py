@@ -91,6 +91,55 @@ def forward_backward(fn, q, k, v, dout):
     return [out.detach(), q.grad, k.grad, v.grad]
 
 
+# Sliding windows (left, right), FlashAttention's window_size with -1 an unbounded side: a window of 0 (the
+# diagonal alone), left-only, right-only, asymmetric, causal-like (left, 0) and one wider than any sequence here.
+WINDOWS = ((0, 0), (17, -1), (-1, 5), (100, 29), (64, 0), (5000, 5000))
+# Length pairs for the window sweep: lengths 1 and 2 on each side, odd lengths, and pairs where many rows see
+# no key (239 queries against 1 key with a window of 0: only the last row sees one).
+WINDOW_LENGTHS = {"cuda": ((1, 1), (2, 2), (1, 239), (239, 1), (2, 129), (127, 1025), (1023, 65), (203, 203)),
+                  "cpu": ((1, 1), (2, 2), (1, 239), (239, 1), (2, 129), (203, 203))}
+
+
+def window_cases(device):
+    """(seqlen_q, seqlen_k, window, head_dim, heads, schedule, deterministic): every window against every length
+    pair, the other dimensions dealt in turn from a fixed shuffle of their product."""
+    dets = (True, False) if device == "cuda" else (True,)
+    others = list(itertools.product(HEAD_DIMS, HEADS[device], SCHEDULES, dets))
+    random.Random(20261202).shuffle(others)
+    pairs = [(sq, sk, w) for w in WINDOWS for sq, sk in WINDOW_LENGTHS[device]]
+    return [(sq, sk, w, *others[c % len(others)]) for c, (sq, sk, w) in enumerate(pairs)]
+
+
+def window_case_id(case):
+    sq, sk, (left, right), d, (b, hq, hk), schedule, det = case
+    return f"sq{sq}_sk{sk}_window{left}_{right}_d{d}_b{b}h{hq}-{hk}_{schedule}_{'det' if det else 'nondet'}"
+
+
+def run_window_case(case, device, dtype):
+    sq, sk, window, d, heads, schedule, det = case
+    q, k, v, dout = inputs((sq, sk, False, d, heads, schedule, det), device, dtype, seed=sq * 7919 + sk + 31)
+    fn = lambda q, k, v: dash_attn.attention(q, k, v, window_size=window, deterministic=det, schedule=schedule)
+    ours = forward_backward(fn, q, k, v, dout)
+    check_against_reference(ours, q, k, v, dout, window, 1 / math.sqrt(d),
+                            dtype if device == "cuda" else torch.float32, label=window_case_id(case))
+    if det:
+        again = forward_backward(fn, q, k, v, dout)
+        for name, a, b in zip(("out", "dq", "dk", "dv"), ours, again):
+            assert torch.equal(a, b), f"{window_case_id(case)}: {name} differs between two deterministic runs"
+
+
+@pytest.mark.parametrize("window_case", window_cases("cpu"), ids=window_case_id)
+def test_window_sweep_cpu(window_case):
+    run_window_case(window_case, "cpu", torch.float32)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _abi.LIB.dash_cuda_available(),
+                    reason="no CUDA device or no CUDA kernels: the CUDA sweep is skipped")
+@pytest.mark.parametrize("window_case", window_cases("cuda"), ids=window_case_id)
+def test_window_sweep_cuda(window_case):
+    run_window_case(window_case, "cuda", torch.bfloat16)
+
+
 def test_sweep_cpu(case):
     run_case(case, "cpu", torch.float32)
 

@@ -136,3 +136,31 @@ def test_unknown_gqa_mode_is_named():
     with pytest.raises(_abi.DashError, match="gqa_mode"):
         _abi.HostPlan(problem, "auto", 8, 3)
     assert _abi.HostPlan(problem, "auto", 8, _abi.DASH_GQA_AUTO) is not None
+
+
+@pytest.mark.parametrize("window_size, error, message", [
+    ((3,), TypeError, "window_size must be a pair"),
+    ((3, 1.5), TypeError, "window_size must be a pair"),
+    ((True, 0), TypeError, "window_size must be a pair"),
+    ((-2, 0), ValueError, "window_size entries must be >= 0"),
+    ((4, -3), ValueError, "window_size entries must be >= 0"),
+])
+def test_bad_window_size_is_named(window_size, error, message):
+    q, k, v = inputs(1, 16, 16, 2, 2, 64)
+    with pytest.raises(error, match=message):
+        dash_attn.attention(q, k, v, window_size=window_size)
+
+
+def test_causal_window_ends_at_the_diagonal():
+    # FlashAttention's causal window is (left, 0); a right side past the diagonal with causal=True is refused
+    # rather than silently set to 0.
+    q, k, v = inputs(1, 40, 56, 2, 2, 64)
+    with pytest.raises(ValueError, match="causal=True with window_size\\[1\\] = 3"):
+        dash_attn.attention(q, k, v, causal=True, window_size=(8, 3))
+    a = dash_attn.attention(q, k, v, causal=True, window_size=(8, -1))
+    b = dash_attn.attention(q, k, v, causal=False, window_size=(8, 0))
+    c = dash_attn.attention(q, k, v, causal=True, window_size=(8, 0))
+    assert torch.equal(a, b) and torch.equal(a, c)
+    # No window: the plain masks.
+    assert torch.equal(dash_attn.attention(q, k, v, causal=True, window_size=(-1, -1)),
+                       dash_attn.attention(q, k, v, causal=True))

@@ -79,10 +79,6 @@ void check_problem(const dash_problem& c, bool needs_backward, bool& unsupported
     throw dash::Error("problem.head_dim", std::to_string(p.head_dim) + " is not supported (supported: " +
                                               head_dims_text() + ")");
   }
-  if (p.mask == dash::Mask::Window) {
-    unsupported = true;
-    throw dash::Error("problem.mask_kind", "DASH_MASK_WINDOW is not supported by the kernels (use FULL or CAUSAL)");
-  }
   // Forward: the persistent kernel's work-tile index is 32-bit (128-row query tiles x heads x batch).
   const int64_t forward_tiles = (int64_t(p.seqlen_q) + 127) / 128 * p.heads_q * p.batch;
   if (forward_tiles > INT32_MAX) {

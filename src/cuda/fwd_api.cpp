@@ -59,14 +59,10 @@ dash_status validate(const dash_fwd_args* args, dash::kernels::FwdLaunch& launch
     return fail(DASH_ERROR_UNSUPPORTED, "problem.head_dim: " + std::to_string(p.head_dim) +
                                             " is not supported; supported head dims: " + supported_head_dims_text());
   }
-  if (p.mask_kind == DASH_MASK_WINDOW) {
-    return fail(DASH_ERROR_UNSUPPORTED,
-                "problem.mask_kind: DASH_MASK_WINDOW is not supported by the forward kernel (use FULL or CAUSAL)");
-  }
-  if (p.mask_kind != DASH_MASK_FULL && p.mask_kind != DASH_MASK_CAUSAL) {
+  if (p.mask_kind != DASH_MASK_FULL && p.mask_kind != DASH_MASK_CAUSAL && p.mask_kind != DASH_MASK_WINDOW) {
     return fail(DASH_ERROR_INVALID_ARGUMENT,
                 "problem.mask_kind: unknown value " + std::to_string(p.mask_kind) +
-                    " (expected DASH_MASK_FULL=0 or DASH_MASK_CAUSAL=1)");
+                    " (expected DASH_MASK_FULL=0, DASH_MASK_CAUSAL=1 or DASH_MASK_WINDOW=2)");
   }
   // The size limits (dash_check_problem): the same answer the bindings get before they allocate.
   if (dash_status s = dash_check_problem(&p, 0); s != DASH_OK) return s;

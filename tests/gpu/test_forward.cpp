@@ -505,10 +505,19 @@ TEST(ForwardArguments, UnsupportedHeadDimListsSupported) {
 
 TEST(ForwardArguments, MaskKinds) {
   dash_fwd_args a = plausible_args();
-  a.problem.mask_kind = DASH_MASK_WINDOW;
-  expect_rejected(a, DASH_ERROR_UNSUPPORTED, "DASH_MASK_WINDOW");
   a.problem.mask_kind = 7;
   expect_rejected(a, DASH_ERROR_INVALID_ARGUMENT, "problem.mask_kind");
+  // Window sizes: >= -1, and only with the window mask.
+  a = plausible_args();
+  a.problem.mask_kind = DASH_MASK_WINDOW;
+  a.problem.window_left = -2;
+  expect_rejected(a, DASH_ERROR_INVALID_ARGUMENT, "problem.window_left");
+  a.problem.window_left = 4;
+  a.problem.window_right = -3;
+  expect_rejected(a, DASH_ERROR_INVALID_ARGUMENT, "problem.window_right");
+  a = plausible_args();
+  a.problem.window_left = 4;  // with the causal mask
+  expect_rejected(a, DASH_ERROR_INVALID_ARGUMENT, "problem.window");
 }
 
 TEST(ForwardArguments, Dtype) {

@@ -457,7 +457,12 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   uint32_t kv_phase = 0;
   int dq_stage = 0;
   uint32_t dq_phase = 0;  // parity of the staging buffer's current use (flips when dq_stage wraps)
-  const int causal_offset = mask.diagonal_offset();
+  // The band of keys a query sees, as bounds on key - query (dash/attention_mask.hpp): band_lo <= key - query <=
+  // band_hi, an unbounded side dropped (AttentionMask::of clips a window wider than the sequences to unbounded,
+  // so these sums stay far from overflow).
+  const bool band_hi_bounded = mask.right_bounded(), band_lo_bounded = mask.left_bounded();
+  const int band_hi = mask.diagonal_offset() + (band_hi_bounded ? mask.right() : 0);
+  const int band_lo = mask.diagonal_offset() - (band_lo_bounded ? mask.left() : 0);
 
   for (;;) {
     // WAIT (segment): the producer's arrive released the record, the TMA completed K and V. The producer's
@@ -485,10 +490,9 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       // Masking where the plan says the block is partly masked, and on a last KV tile that the keys do not
       // fill; rows past seqlen_q or with LSE = -inf have LSE2 = +inf, so P = 0 there.
       // Register i sits at (key_base + r0_i, col_base + c0_i) with (r0_i, c0_i) = thread 0's coordinates,
-      // compile-time constants. Key visible to query iff key < seqlen_k and (not causal or
-      // key <= query + seqlen_k - seqlen_q: mask.key_end); both tests become one runtime value per visit
-      // compared with constants (written this way because ptxas hoisted 16 per-column values out of the loops
-      // and spilled).
+      // compile-time constants. Key visible to query iff key < seqlen_k and band_lo <= key - query <= band_hi
+      // (mask.key_begin / key_end); each test becomes one runtime value per visit compared with constants
+      // (written this way because ptxas hoisted 16 per-column values out of the loops and spilled).
       const bool need_mask = (vis.flags & DASH_VISIT_PARTIAL_MASK) || (vis.kv_tile + 1) * kBlockN > mask.seqlen_k;
       const int key_base = vis.kv_tile * kBlockN + get<0>(tScS(0));
       const int col_base = get<1>(tScS(0));
@@ -504,13 +508,15 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       }
       if (need_mask) {
         // One branch per visit (uniform across the warpgroup); the loop inside has no branches.
-        const int keys_left = mask.seqlen_k - key_base;                                      // masked iff r0 >= it
-        const int diag = mask.causal() ? key_base - col_base - (vis.q_tile * kBlockM + causal_offset)
-                                  : INT_MIN / 2;                                            // masked iff > c0 - r0
+        // key - query = base + r0 - c0.
+        const int base = key_base - col_base - vis.q_tile * kBlockM;
+        const int keys_left = mask.seqlen_k - key_base;                         // masked iff r0 >= it
+        const int above = band_hi_bounded ? base - band_hi : INT_MIN / 2;      // masked iff > c0 - r0
+        const int below = band_lo_bounded ? base - band_lo : INT_MAX / 2;      // masked iff < c0 - r0
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
           const int r0 = get<0>(tScS0(i)), c0 = get<1>(tScS0(i));
-          tSrS(i) = (r0 >= keys_left || diag > c0 - r0) ? 0.f : tSrS(i);
+          tSrS(i) = (r0 >= keys_left || above > c0 - r0 || below < c0 - r0) ? 0.f : tSrS(i);
         }
       }
       CUTE_UNROLL

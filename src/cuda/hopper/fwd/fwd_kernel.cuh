@@ -19,9 +19,10 @@
 // while the other's GEMMs occupy the tensor cores.
 //
 // KV tiles are visited from the last to the first, so the tiles that need a mask (the key-length boundary
-// and the causal diagonal) come first and the rest run mask-free. Causal tiles that no row of the Q tile
-// can see are never loaded. Out-of-range rows and keys: TMA zero-fills loads past the tensor ends, keys
-// >= seqlen_k are masked, and the TMA store of O drops rows >= seqlen_q.
+// and the causal diagonal or a window's right edge) come first and the rest run mask-free, but for a
+// window's left edge at the end. Tiles that no row of the Q tile can see are never loaded. Out-of-range rows
+// and keys: TMA zero-fills loads past the tensor ends, keys >= seqlen_k are masked, and the TMA store of O
+// drops rows >= seqlen_q.
 #pragma once
 
 #include <cstdint>
@@ -50,11 +51,15 @@ struct FwdTile {
   int batch;
 };
 
-// The KV tiles one Q tile visits: n in [0, num_tiles), in decreasing order. Tiles n >= first_masked contain
-// a key some row of the Q tile may not see (past seqlen_k, or above the causal diagonal) and need the mask.
+// The KV tiles one Q tile visits: n in [begin, end), in decreasing order. A tile needs the mask when some row of
+// the Q tile does not see all its keys: n >= first_masked (keys past seqlen_k or right of a row's band) or
+// n < left_masked_end (keys left of a row's band: sliding windows).
 struct KvTileRange {
-  int num_tiles;
-  int first_masked;
+  int begin, end;
+  int first_masked, left_masked_end;
+
+  __device__ __forceinline__ int count() const { return end - begin; }
+  __device__ __forceinline__ bool needs_mask(int n) const { return n >= first_masked || n < left_masked_end; }
 };
 
 // Work-tile index -> (Q tile, head, batch): Q tiles fastest, so the CTAs running at one time share the K and
@@ -72,19 +77,18 @@ __device__ __forceinline__ KvTileRange kv_tile_range(FwdParams<Config> const& pa
   constexpr int kBlockM = Config::kBlockM;
   constexpr int kBlockN = Config::kBlockN;
   AttentionMask const& mask = params.mask;
-  int num_tiles = (mask.seqlen_k + kBlockN - 1) / kBlockN;
-  int first_masked = mask.seqlen_k / kBlockN;  // the partial tile at the end of the keys, if any
-  if (mask.causal()) {
-    int const diagonal_offset = mask.diagonal_offset();  // query i sees keys j <= i + offset
-    // Keys visible to the last real row of the tile bound the tiles to load ...
-    int const last_row = min(mask.seqlen_q, (m_block + 1) * kBlockM) - 1;
-    int const keys_of_last_row = last_row + diagonal_offset + 1;
-    num_tiles = keys_of_last_row <= 0 ? 0 : min(num_tiles, (keys_of_last_row + kBlockN - 1) / kBlockN);
-    // ... and keys visible to its first row bound the tiles every row sees in full.
-    int const keys_of_first_row = m_block * kBlockM + diagonal_offset + 1;
-    first_masked = min(first_masked, keys_of_first_row <= 0 ? 0 : keys_of_first_row / kBlockN);
-  }
-  return {num_tiles, first_masked};
+  // A row's band [key_begin, key_end) moves right with the row: the tile's first real row has the leftmost
+  // begin and end, its last real row the rightmost.
+  int const first_row = m_block * kBlockM;
+  int const last_row = min(mask.seqlen_q, first_row + kBlockM) - 1;
+  int const keys_end = mask.key_end(last_row);  // <= 0 when no row sees a key
+  KvTileRange range;
+  range.begin = mask.key_begin(first_row) / kBlockN;
+  range.end = keys_end <= 0 ? 0 : (keys_end + kBlockN - 1) / kBlockN;
+  if (range.end < range.begin) range.end = range.begin;  // no row sees a key
+  range.first_masked = max(0, mask.key_end(first_row)) / kBlockN;  // includes a partial last tile of the keys
+  range.left_masked_end = (mask.key_begin(last_row) + kBlockN - 1) / kBlockN;
+  return range;
 }
 
 // The index of the work tile this CTA takes after `current`. The counter (zeroed on the stream before the launch)
@@ -131,7 +135,7 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
     FwdTile const tile = fwd_tile_at(params, index);
     KvTileRange const range = kv_tile_range(params, tile.m_block);
     index = next;
-    if (range.num_tiles == 0) {  // the consumers write O = 0, LSE = -inf: no data to load
+    if (range.count() == 0) {  // the consumers write O = 0, LSE = -inf: no data to load
       mbarrier_arrive(&smem.q_full);
       continue;
     }
@@ -154,8 +158,7 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
     mbarrier_arrive_expect_tx(&smem.q_full, Config::kQTileBytes);
     copy(params.tma_q.with(smem.q_full), tQgQ, tQsQ);
 
-    for (int i = 0; i < range.num_tiles; ++i) {
-      int const n = range.num_tiles - 1 - i;
+    for (int n = range.end - 1; n >= range.begin; --n) {
       // Reuse a K buffer only after all consumer warps released it (their S GEMM reading it completed).
       mbarrier_wait(&smem.k_empty[stage.index], stage.phase ^ 1u);
       mbarrier_arrive_expect_tx(&smem.k_full[stage.index], Config::kKVTileBytes);
@@ -218,7 +221,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
   Tensor mO = params.tma_o.get_tma_tensor(params.shape_q);
 
   // Turns alternate WG0, WG1, WG0, ...: each warpgroup waits for its own turn barrier and, after issuing,
-  // arrives on the other's. Per work tile both warpgroups take num_tiles + 1 turns; warpgroup 1 gives
+  // arrives on the other's. Per work tile both warpgroups take range.count() + 1 turns; warpgroup 1 gives
   // warpgroup 0 its first turn up front and skips the arrival after its own last turn, so every arrival
   // is matched within the work tile.
   auto wait_turn = [&] { named_barrier_sync(kBarrierTurnWarpgroup0 + warpgroup, kTurnThreads); };
@@ -252,13 +255,13 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     float o_rescale[kRows];
     clear(tOrO);
 
-    if (range.num_tiles == 0) {
+    if (range.count() == 0) {
       release(&smem.q_empty);  // no S GEMM reads Q: the producer may announce the next tile
     } else {
       if (warpgroup == 1) pass_turn();
 
       // First KV tile: S only.
-      int n = range.num_tiles - 1;
+      int n = range.end - 1;
       wait_turn();
       mbarrier_wait(&smem.k_full[k_stage.index], k_stage.phase);
       warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), tSrS);
@@ -266,13 +269,13 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
       warpgroup_wait<0>();
       release(&smem.k_empty[k_stage.index]);
       k_stage.advance();
-      if (n == 0) release(&smem.q_empty);  // that was the last S GEMM: the next Q may load
-      if (n >= range.first_masked) mask_tile(n);
+      if (n == range.begin) release(&smem.q_empty);  // that was the last S GEMM: the next Q may load
+      if (range.needs_mask(n)) mask_tile(n);
       softmax.template update<true>(scores, o_rescale);
       convert_to_element(tOrP, tSrS);
 
       // Steady state: S for tile n-1 and O += P V for tile n in flight together.
-      for (--n; n >= 0; --n) {
+      for (--n; n >= range.begin; --n) {
         wait_turn();
         mbarrier_wait(&smem.k_full[k_stage.index], k_stage.phase);
         warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), tSrS);
@@ -282,8 +285,8 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
         warpgroup_wait<1>();  // the S GEMM (committed first) is done; O += P V may still run
         release(&smem.k_empty[k_stage.index]);
         k_stage.advance();
-        if (n == 0) release(&smem.q_empty);
-        if (n >= range.first_masked) mask_tile(n);
+        if (n == range.begin) release(&smem.q_empty);
+        if (range.needs_mask(n)) mask_tile(n);
         softmax.template update<false>(scores, o_rescale);
         warpgroup_wait<0>();  // O += P V done: O may be rescaled and P overwritten
         release(&smem.v_empty[v_stage.index]);

@@ -16,7 +16,7 @@ namespace dash::hopper::fwd {
 
 // Sets to -inf the scores of keys a query row may not see. `coords` holds each register's (row, column)
 // inside the (kBlockM x kBlockN) tile; row_base / col_base place the tile in the sequences.
-// Visible: column < mask.key_end(row) (the forward kernel runs full and causal masks, whose first key is 0).
+// Visible: mask.key_begin(row) <= column < mask.key_end(row).
 template <class ScoresRC, class CoordsRC>
 __device__ __forceinline__ void apply_mask(ScoresRC& scores, CoordsRC const& coords, int row_base, int col_base,
                                            AttentionMask const& mask) {
@@ -24,10 +24,12 @@ __device__ __forceinline__ void apply_mask(ScoresRC& scores, CoordsRC const& coo
   CUTE_UNROLL
   for (int r = 0; r < size<0>(scores); ++r) {
     int const row = row_base + get<0>(coords(r, 0));
-    int const col_limit = mask.key_end(row) - col_base;  // in tile-local columns
+    int const col_begin = mask.key_begin(row) - col_base;  // in tile-local columns
+    int const col_end = mask.key_end(row) - col_base;
     CUTE_UNROLL
     for (int c = 0; c < size<1>(scores); ++c) {
-      if (get<1>(coords(r, c)) >= col_limit) scores(r, c) = -INFINITY;
+      int const col = get<1>(coords(r, c));
+      if (col < col_begin || col >= col_end) scores(r, c) = -INFINITY;
     }
   }
 }
