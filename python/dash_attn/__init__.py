@@ -45,7 +45,8 @@ def _version():
 __version__ = _version()
 del _version
 
-__all__ = ["attention", "scaled_dot_product_attention", "check_determinism", "DashError", "SCHEDULES"]
+__all__ = ["attention", "scaled_dot_product_attention", "flash_attn_func", "check_determinism", "DashError",
+           "SCHEDULES"]
 
 try:
     import torch
@@ -126,11 +127,17 @@ if torch is not None:
         if heads(qs) != heads(ks) and not enable_gqa:
             raise ValueError(f"dash_attn.scaled_dot_product_attention: query and key head counts differ (shapes "
                              f"{qs} and {ks}); pass enable_gqa=True for grouped-query attention, as with PyTorch")
-        if is_causal and qs[-2] != ks[-2]:
-            raise ValueError(f"dash_attn.scaled_dot_product_attention: is_causal=True with L != S (query {qs}, "
+        # PyTorch aligns is_causal top-left (query i sees keys j <= i). With L >= S that is the window
+        # (-1, L - S) about dash_attn's bottom-right diagonal; with L < S it would need a negative right side.
+        window = (-1, -1)
+        if is_causal and qs[-2] > ks[-2]:
+            window = (-1, qs[-2] - ks[-2])
+        elif is_causal and qs[-2] < ks[-2]:
+            raise ValueError(f"dash_attn.scaled_dot_product_attention: is_causal=True with L < S (query {qs}, "
                              f"key {ks}): PyTorch aligns this mask top-left (query i sees keys j <= i), which "
-                             "dash_attn's kernels do not implement; dash_attn.attention(q, k, v, causal=True) "
-                             "aligns it bottom-right, as FlashAttention does")
+                             "would need a window ending before dash_attn's diagonal; "
+                             "dash_attn.attention(q, k, v, causal=True) aligns it bottom-right, as FlashAttention "
+                             "does")
         if scale is not None and not (math.isfinite(scale) and scale > 0):
             raise ValueError(f"dash_attn.scaled_dot_product_attention: scale must be finite and > 0, got {scale}")
 
@@ -141,10 +148,42 @@ if torch is not None:
 
         q, k, v = (to_bshd(t) for t in (query, key, value))
         caller_shape = {id(q): qs, id(k): ks, id(v): vs}
-        validate(q, k, v, bool(is_causal), scale, schedule, deterministic, names=("query", "key", "value"),
-                 layout="(N, ..., heads, L, E)", shown=lambda t: caller_shape[id(t)], sm_margin=sm_margin)
-        out = _attention(q, k, v, bool(is_causal), scale, deterministic, schedule, False, sm_margin)
+        causal = bool(is_causal) and window == (-1, -1)
+        validate(q, k, v, causal, scale, schedule, deterministic, names=("query", "key", "value"),
+                 layout="(N, ..., heads, L, E)", shown=lambda t: caller_shape[id(t)], sm_margin=sm_margin,
+                 window_size=window)
+        out = _attention(q, k, v, causal, scale, deterministic, schedule, False, sm_margin, window)
         return out.transpose(1, 2).reshape(qs)
+
+    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                        softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+        """flash-attn 2.x's `flash_attn_func` with its semantics, for the arguments dash_attn supports.
+
+        q (batch, seqlen_q, heads, head_dim), k / v (batch, seqlen_k, heads_kv, head_dim); returns out of q's
+        shape. As flash-attn's entry point does: a window side >= seqlen_k becomes -1 (unbounded), and with
+        causal=True the right side is 0 (a causal mask is aligned bottom-right). `deterministic` selects
+        dash_attn's deterministic backward (flash-attn's default False runs the faster non-deterministic one;
+        on CPU tensors, which flash-attn does not take, dash_attn's CPU backend needs deterministic=True).
+        Refused with an error naming the argument: dropout_p > 0, softcap != 0, alibi_slopes, and
+        return_attn_probs=True (dash_attn never forms the attention matrix flash-attn returns there)."""
+        where = "dash_attn.flash_attn_func"
+        if dropout_p != 0.0:
+            raise ValueError(f"{where}: dropout_p must be 0.0 (dropout is not supported), got {dropout_p}")
+        if softcap != 0.0:
+            raise ValueError(f"{where}: softcap must be 0.0 (soft-capping is not supported), got {softcap}")
+        if alibi_slopes is not None:
+            raise ValueError(f"{where}: alibi_slopes must be None (ALiBi is not supported)")
+        if return_attn_probs:
+            raise ValueError(f"{where}: return_attn_probs=True is not supported: dash_attn never forms the "
+                             "attention matrix (dash_attn.attention(..., return_lse=True) returns the LSE)")
+        if isinstance(window_size, (tuple, list)) and len(window_size) == 2 and isinstance(k, torch.Tensor) \
+                and k.dim() == 4 and all(isinstance(w, int) and not isinstance(w, bool) for w in window_size):
+            seqlen_k = k.shape[1]
+            window_size = tuple(-1 if w >= seqlen_k else w for w in window_size)
+            if causal:
+                window_size = (window_size[0], 0)
+        return attention(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
+                         window_size=window_size)
 
     def check_determinism(q, k, v, runs=5, causal=False, deterministic=True, schedule="auto", seed=0):
         """Runs forward + backward `runs` times on the same inputs and a fixed upstream gradient; returns one

@@ -193,10 +193,15 @@ SCHEDULES = _read_schedule_names()
 
 def mask_of(causal: bool, window_left: int = -1, window_right: int = -1) -> tuple:
     """(mask_kind, window_left, window_right) of dash_problem for FlashAttention's (causal, window_size): no window
-    is (-1, -1); a window with causal=True has its right side 0 (the keys up to the diagonal)."""
+    is (-1, -1), and causal=True makes the right side 0 (the keys up to the diagonal). A band that is the full or
+    the causal mask is given as that mask, so that it gets that mask's plans."""
+    if causal:
+        window_right = 0
     if window_left == -1 and window_right == -1:
-        return (DASH_MASK_CAUSAL if causal else DASH_MASK_FULL), -1, -1
-    return DASH_MASK_WINDOW, window_left, 0 if causal else window_right
+        return DASH_MASK_FULL, -1, -1
+    if window_left == -1 and window_right == 0:
+        return DASH_MASK_CAUSAL, -1, -1
+    return DASH_MASK_WINDOW, window_left, window_right
 
 
 def make_problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, window_left=-1,

@@ -118,6 +118,8 @@ def sdpa_cases():
         ((2, 4, 37, 64), (2, 4, 91, 64), False, False, None),    # L != S, full
         ((2, 4, 91, 64), (2, 4, 37, 64), False, False, None),
         ((2, 4, 65, 128), (2, 4, 65, 128), True, False, None),   # causal, L == S
+        ((2, 4, 91, 64), (2, 4, 37, 64), True, False, None),     # causal, L > S: PyTorch's top-left alignment
+        ((2, 6, 130, 128), (2, 2, 3, 128), True, True, None),    # ... with GQA, rows past S see every key
         ((2, 6, 50, 64), (2, 2, 70, 64), False, True, None),     # GQA
         ((2, 6, 70, 64), (2, 2, 70, 64), True, True, 0.3),       # GQA, causal, scale
         ((3, 33, 64), (3, 47, 64), False, False, None),          # 3-D: one head
@@ -143,8 +145,8 @@ def test_sdpa_matches_pytorch(device, case):
 def test_sdpa_refuses_what_it_cannot_match():
     q, k = torch.randn(2, 4, 30, 64), torch.randn(2, 4, 50, 64)
     sdpa = dash_attn.scaled_dot_product_attention
-    # Top-left causal alignment with L != S: PyTorch's semantics, which the kernels do not implement.
-    with pytest.raises(ValueError, match=r"is_causal=True with L != S \(query \(2, 4, 30, 64\)"):
+    # Top-left causal alignment with L < S: a window ending before dash_attn's diagonal, which it does not have.
+    with pytest.raises(ValueError, match=r"is_causal=True with L < S \(query \(2, 4, 30, 64\)"):
         sdpa(q, k, k, is_causal=True)
     # Head counts differ: PyTorch refuses without enable_gqa=True, and so does the drop-in.
     kg = torch.randn(2, 2, 50, 64)

@@ -164,3 +164,43 @@ def test_causal_window_ends_at_the_diagonal():
     # No window: the plain masks.
     assert torch.equal(dash_attn.attention(q, k, v, causal=True, window_size=(-1, -1)),
                        dash_attn.attention(q, k, v, causal=True))
+
+
+def flash_attn_reference_window(sq, sk, causal, window_size):
+    """The band flash-attn 2.x's entry point runs for (causal, window_size): sides >= seqlen_k become -1, and
+    causal sets the right side to 0."""
+    left, right = (-1 if w >= sk else w for w in window_size)
+    return (left, 0) if causal else (left, right)
+
+
+@pytest.mark.parametrize("sq, sk, causal, window_size", [
+    (40, 56, False, (-1, -1)),
+    (40, 56, True, (-1, -1)),
+    (56, 40, True, (-1, -1)),
+    (40, 56, False, (7, 3)),
+    (40, 56, True, (7, -1)),
+    (90, 20, False, (5, 25)),    # right >= seqlen_k: flash-attn makes it unbounded, so rows 0-44 see keys
+    (20, 90, True, (100, -1)),   # left >= seqlen_k: unbounded, i.e. plain causal
+])
+def test_flash_attn_func_matches_flash_attn_semantics(sq, sk, causal, window_size):
+    q, k, v = inputs(2, sq, sk, 4, 2, 64)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(5))
+    ours = grads(lambda q, k, v: dash_attn.flash_attn_func(q, k, v, causal=causal, window_size=window_size,
+                                                            deterministic=True), q, k, v, dout)
+    band = flash_attn_reference_window(sq, sk, causal, window_size)
+    attention_reference.check_against_reference([t.detach() for t in ours], q.detach(), k.detach(), v.detach(), dout, band,
+                                64 ** -0.5, torch.float32, label=f"flash_attn_func {sq}x{sk} {causal} {window_size}")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(dropout_p=0.1), "dropout_p must be 0.0"),
+    (dict(softcap=30.0), "softcap must be 0.0"),
+    (dict(alibi_slopes=torch.ones(2)), "alibi_slopes must be None"),
+    (dict(return_attn_probs=True), "return_attn_probs=True is not supported"),
+    (dict(deterministic=False), "deterministic=False is not available on CPU"),
+    (dict(window_size=(3, -2), deterministic=True), "window_size entries must be >= 0"),
+])
+def test_flash_attn_func_refuses_what_it_cannot_match(kwargs, message):
+    q, k, v = inputs(1, 16, 16, 2, 2, 64)
+    with pytest.raises(ValueError, match=message):
+        dash_attn.flash_attn_func(q, k, v, **kwargs)
