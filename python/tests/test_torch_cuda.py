@@ -123,3 +123,23 @@ def test_unsupported_head_dim_is_an_error():
     q, k, v = make(1, 64, 64, 2, 2, 96)
     with pytest.raises(ValueError, match="head_dim 96 is not supported"):
         dash_attn.attention(q, k, v)
+
+
+@pytest.mark.parametrize("causal, window_size", [(True, (-1, -1)), (False, (300, 40)), (True, (2000, -1))])
+def test_flash_attn_func_is_attention_on_flash_attns_band(causal, window_size):
+    # The same bits as dash_attn.attention on the band flash-attn's entry point runs (window sides >= seqlen_k
+    # unbounded, causal right side 0), deterministic; and accurate in the non-deterministic default.
+    b, sq, sk, hq, hk, d = 1, 700, 1500, 8, 2, 128
+    q, k, v = make(b, sq, sk, hq, hk, d, seed=3)
+    dout = torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16)
+    left, right = (-1 if w >= sk else w for w in window_size)
+    band = (left, 0 if causal else right)
+    ours = run(lambda q, k, v: dash_attn.flash_attn_func(q, k, v, causal=causal, window_size=window_size,
+                                                         deterministic=True), q, k, v, dout)
+    same = run(lambda q, k, v: dash_attn.attention(q, k, v, window_size=band), q, k, v, dout)
+    for name, a, c in zip(("out", "dq", "dk", "dv"), ours, same):
+        assert torch.equal(a, c), f"{name}: flash_attn_func and attention differ on the same band"
+    nondet = run(lambda q, k, v: dash_attn.flash_attn_func(q, k, v, causal=causal, window_size=window_size), q, k, v,
+                 dout)
+    attention_reference.check_against_reference(nondet, q, k, v, dout, band, d ** -0.5, torch.bfloat16,
+                                                label=f"flash_attn_func {causal} {window_size}")
