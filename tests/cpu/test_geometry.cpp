@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "dash/attention_mask.hpp"
 #include "dash/geometry.hpp"
 
 namespace {
@@ -98,6 +99,35 @@ TEST(Geometry, InvalidProblemsNameTheArgument) {
   { auto q = p; q.mask = dash::Mask::Window; q.window_right = -5; EXPECT_EQ(error_of(q), "window_right"); }
   EXPECT_THROW(dash::parse_mask("diagonal"), dash::Error);
   EXPECT_THROW(dash::TileGrid(p, {0, 128}), dash::Error);
+}
+
+// The kernels' mask (AttentionMask::of, which makes a window side wider than the sequences unbounded) sees exactly
+// the keys of the definition, row by row, on windows narrower and wider than the sequences.
+TEST(AttentionMask, KeyRangesMatchTheDefinition) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 400; ++trial) {
+    dash::Problem p;
+    p.seqlen_q = 1 + int32_t(rng() % 300);
+    p.seqlen_k = 1 + int32_t(rng() % 300);
+    p.mask = static_cast<dash::Mask>(rng() % 3);
+    if (p.mask == dash::Mask::Window) {
+      auto side = [&] { return int32_t(rng() % 5 == 0 ? -1 : rng() % 700); };
+      p.window_left = side();
+      p.window_right = side();
+    }
+    const dash::AttentionMask mask = dash::AttentionMask::of(p.to_c());
+    for (int32_t i = 0; i < p.seqlen_q; ++i) {
+      int32_t begin = p.seqlen_k, end = 0;  // the visible keys of row i, as an interval
+      for (int32_t j = 0; j < p.seqlen_k; ++j)
+        if (visible(p, i, j)) begin = std::min(begin, j), end = j + 1;
+      if (begin >= end) {
+        EXPECT_GE(mask.key_begin(i), mask.key_end(i)) << p.describe() << " row " << i << " sees no key";
+      } else {
+        EXPECT_EQ(mask.key_begin(i), begin) << p.describe() << " row " << i;
+        EXPECT_EQ(mask.key_end(i), end) << p.describe() << " row " << i;
+      }
+    }
+  }
 }
 
 } // namespace
