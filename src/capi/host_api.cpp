@@ -79,12 +79,13 @@ void check_problem(const dash_problem& c, bool needs_backward, bool& unsupported
     throw dash::Error("problem.head_dim", std::to_string(p.head_dim) + " is not supported (supported: " +
                                               head_dims_text() + ")");
   }
-  // Forward: the persistent kernel's work-tile index is 32-bit (128-row query tiles x heads x batch).
+  // Forward: the persistent kernel's work-tile index is 32-bit (128-row query tiles x heads x batch), and the
+  // indices its CTAs take run past the last tile by up to the grid size: half the int32 range.
   const int64_t forward_tiles = (int64_t(p.seqlen_q) + 127) / 128 * p.heads_q * p.batch;
-  if (forward_tiles > INT32_MAX) {
+  if (forward_tiles > INT32_MAX / 2) {
     unsupported = true;
     throw dash::Error("problem.batch", "batch x heads_q x 128-row query tiles = " + std::to_string(forward_tiles) +
-                                           " exceeds the forward's 32-bit work-tile index");
+                                           " exceeds the forward's limit of 2^30 work tiles");
   }
   if (!needs_backward) return;
   // Backward: the preprocess grid's y dimension holds one (batch, query head) pair each.

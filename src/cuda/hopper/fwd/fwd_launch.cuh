@@ -41,7 +41,8 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
 
   int const num_m_blocks = (pr.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   int64_t const num_tiles = int64_t(num_m_blocks) * pr.heads_q * pr.batch;
-  // Half the int32 range: fwd_next_tile's indices run past the last tile by up to the grid size.
+  // Half the int32 range: fwd_next_tile's indices run past the last tile by up to the grid size (the limit
+  // dash_check_problem states, checked here again because this file is what depends on it).
   if (num_tiles > int64_t(INT32_MAX / 2)) {
     error = "problem: " + std::to_string(num_tiles) + " work tiles (128 query rows x heads x batch) exceed 2^30";
     return DASH_ERROR_UNSUPPORTED;
