@@ -13,26 +13,29 @@
 
 #include <cstdint>
 
-// DASH_KERNEL_ROW(head_dim, bwd_block_m, bwd_block_n, fwd_block_n, fwd_stages, fwd_exp2_poly_every)
+// DASH_KERNEL_ROW(head_dim, bwd_block_m, bwd_block_n, fwd_warpgroups, fwd_block_n, fwd_stages, fwd_exp2_poly_every)
 //   bwd_block_m x bwd_block_n: query rows x keys of the backward's (and the plan's) tiles.
+//   fwd_warpgroups: the forward's consumer warpgroups, 64 query rows each. They take turns at the tensor cores,
+//     so one's softmax must fit in the others' GEMMs: at head dim 64 a warpgroup's two GEMMs are shorter than its
+//     softmax, and three warpgroups (160 registers each) keep the tensor cores fed where two do not.
 //   fwd_block_n: keys per forward KV tile (the S tile lives in registers); fwd_stages: K/V ring depth.
 //   fwd_exp2_poly_every: every n-th exp2 of the forward on the FMA pipe instead of MUFU (0: none). At head dim 64
 //     MUFU saturates (as many exp2 per tile as the tensor cores need clocks): 1 in 8 measured +3-27%.
 // Backward tiles: 128-row Q tiles fit the registers at head dim <= 64; at 128 the dK/dV accumulators
 // (2 x 128 x head_dim fp32 over two warpgroups) leave room for 64-row Q tiles only.
 #define DASH_KERNEL_TABLE(DASH_KERNEL_ROW) \
-  DASH_KERNEL_ROW(64, 128, 128, 128, 2, 8) \
-  DASH_KERNEL_ROW(128, 64, 128, 128, 2, 0)
+  DASH_KERNEL_ROW(64, 128, 128, 3, 128, 2, 8) \
+  DASH_KERNEL_ROW(128, 64, 128, 2, 128, 2, 0)
 
 namespace dash {
 
 struct KernelTableRow {
   int32_t head_dim;
   int32_t bwd_block_m, bwd_block_n;
-  int32_t fwd_block_n, fwd_stages, fwd_exp2_poly_every;
+  int32_t fwd_warpgroups, fwd_block_n, fwd_stages, fwd_exp2_poly_every;
 };
 
-#define DASH_KERNEL_TABLE_ENTRY(hd, bm, bn, fbn, fst, fpoly) KernelTableRow{hd, bm, bn, fbn, fst, fpoly},
+#define DASH_KERNEL_TABLE_ENTRY(hd, bm, bn, fwg, fbn, fst, fpoly) KernelTableRow{hd, bm, bn, fwg, fbn, fst, fpoly},
 inline constexpr KernelTableRow kKernelTable[] = {DASH_KERNEL_TABLE(DASH_KERNEL_TABLE_ENTRY)};
 #undef DASH_KERNEL_TABLE_ENTRY
 inline constexpr int kKernelTableRows = int(sizeof(kKernelTable) / sizeof(kKernelTable[0]));
@@ -41,7 +44,7 @@ inline constexpr int kKernelTableRows = int(sizeof(kKernelTable) / sizeof(kKerne
 constexpr KernelTableRow kernel_table_row(int32_t head_dim) {
   for (const KernelTableRow& row : kKernelTable)
     if (row.head_dim == head_dim) return row;
-  return KernelTableRow{0, 0, 0, 0, 0, 0};
+  return KernelTableRow{0, 0, 0, 0, 0, 0, 0};
 }
 
 }  // namespace dash

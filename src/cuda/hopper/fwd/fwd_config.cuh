@@ -31,24 +31,27 @@ struct FwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
 
   // ---- work split ----
-  static constexpr int kConsumerWarpgroups = 2;  // each owns 64 query rows of the Q tile
-  static constexpr int kRowsPerWarpgroup = 64;   // the M of one wgmma
-  static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerWarpgroup;
-  // The head dim's row of the kernel table: keys per KV tile (the S tile lives in registers: wider tiles mean
-  // fewer, longer iterations), K/V ring depth, and every kExp2PolyEvery-th exp2 on the FMA pipe (0: none; see
-  // exp2_polynomial).
+  // The head dim's row of the kernel table: consumer warpgroups, keys per KV tile (the S tile lives in
+  // registers: wider tiles mean fewer, longer iterations), K/V ring depth, and every kExp2PolyEvery-th exp2 on the
+  // FMA pipe (0: none; see exp2_polynomial).
   static constexpr KernelTableRow kTableRow = kernel_table_row(kHeadDim);
   static_assert(kTableRow.head_dim == kHeadDim, "no row for this head dim in dash/kernel_table.hpp");
+  static constexpr int kConsumerWarpgroups = kTableRow.fwd_warpgroups;  // each owns 64 query rows of the Q tile
+  static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3, "the turn barriers are laid out for 2 or 3");
+  static constexpr int kRowsPerWarpgroup = 64;  // the M of one wgmma
+  static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerWarpgroup;
   static constexpr int kBlockN = kTableRow.fwd_block_n;
   static constexpr int kStages = kTableRow.fwd_stages;
   static constexpr int kExp2PolyEvery = kTableRow.fwd_exp2_poly_every;
-  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // warpgroup 0 produces, 1..2 consume
+  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // warpgroup 0 produces, the others consume
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kConsumerWarps = kConsumerThreads / 32;
 
-  // setmaxnreg budgets: the producer only issues TMA, the consumers hold S, P and O in registers.
+  // setmaxnreg budgets: the producer only issues TMA, the consumers hold S, P and O in registers and share the
+  // rest of the pool (a multiple of 8, at most 240).
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  static constexpr int kConsumerShare = (launch_register_pool(kThreads) - kProducerRegisters * 128) / kConsumerThreads / 8 * 8;
+  static constexpr int kConsumerRegisters = kConsumerShare < 240 ? kConsumerShare : 240;  // 240 (2), 160 (3)
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <=
                     launch_register_pool(kThreads),
                 "register budgets exceed the CTA's register pool: setmaxnreg.inc would wait forever");

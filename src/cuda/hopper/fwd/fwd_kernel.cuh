@@ -9,14 +9,14 @@
 //     empty: all consumer warps finished reading). It announces each tile to the consumers through shared
 //     memory with the Q load. The ring runs on across work tiles, so the next tile's Q, K and V load while the
 //     consumers finish the current one. It keeps 24 registers (setmaxnreg) and hands the rest on.
-//   warpgroups 1, 2 (consumers): each owns 64 query rows. Per KV tile: S = Q K^T (wgmma, both operands in
-//     shared memory), mask, online softmax in fp32 registers, P -> bf16/fp16 in registers, O += P V (wgmma
-//     with P from registers). 240 registers each.
+//   warpgroups 1.. (consumers: 2, or 3 at head dim 64, from the kernel table): each owns 64 query rows. Per KV
+//     tile: S = Q K^T (wgmma, both operands in shared memory), mask, online softmax in fp32 registers, P ->
+//     bf16/fp16 in registers, O += P V (wgmma with P from registers). 240 registers each (160 with three).
 //
 // Overlap. Inside a warpgroup, iteration j issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back and
-// then runs the softmax of S_{j+1} while O += P_j V_j is still on the tensor cores. Between the two
-// warpgroups, named barriers pass a "turn" so their GEMM issues alternate: one warpgroup's softmax runs
-// while the other's GEMMs occupy the tensor cores.
+// then runs the softmax of S_{j+1} while O += P_j V_j is still on the tensor cores. Between the consumer
+// warpgroups, named barriers pass a "turn" round them so their GEMM issues take turns: one warpgroup's softmax
+// runs while the others' GEMMs occupy the tensor cores.
 //
 // KV tiles are visited from the last to the first, so the tiles that need a mask (the key-length boundary
 // and the causal diagonal or a window's right edge) come first and the rest run mask-free, but for a
@@ -41,8 +41,8 @@ namespace dash::hopper::fwd {
 
 // Hardware named-barrier ids (0 is __syncthreads).
 enum FwdNamedBarrier : uint32_t {
-  kBarrierTurnWarpgroup0 = 1,      // + w: consumer warpgroup w may issue its GEMMs (2 ids)
-  kBarrierEpilogueWarpgroup0 = 3,  // + w: warpgroup w's epilogue: its O buffer is free, then written (2 ids)
+  kBarrierTurnWarpgroup0 = 1,      // + w: consumer warpgroup w may issue its GEMMs (up to 3 ids)
+  kBarrierEpilogueWarpgroup0 = 4,  // + w: warpgroup w's epilogue: its O buffer is free, then written (up to 3 ids)
 };
 
 struct FwdTile {
@@ -173,7 +173,7 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
 }
 
 // ------------------------------------------------------------------------------------------------------------
-// Consumers: 256 threads, `warpgroup` 0 or 1 (rows 64 * warpgroup ..), `thread` 0..255 among consumers.
+// Consumers: 128 threads per warpgroup, `warpgroup` 0.. (rows 64 * warpgroup ..), `thread` numbered among consumers.
 // ------------------------------------------------------------------------------------------------------------
 template <class Config>
 __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Config>& smem, int warpgroup,
@@ -182,7 +182,8 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
   using Element = typename Config::Element;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
   constexpr int kStages = Config::kStages;
-  constexpr uint32_t kTurnThreads = Config::kConsumerThreads;  // both consumer warpgroups meet at a turn
+  constexpr int kWarpgroups = Config::kConsumerWarpgroups;
+  constexpr uint32_t kTurnThreads = 256;  // a turn: the warpgroup that takes it and the one that passes it
   bool const lane_leader = (threadIdx.x % 32) == 0;
   bool const store_leader = (thread % 128) == 0;  // issues this warpgroup's TMA stores of O
 
@@ -220,12 +221,14 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
   Tensor tOsO_store = thr_store.partition_D(sO);
   Tensor mO = params.tma_o.get_tma_tensor(params.shape_q);
 
-  // Turns alternate WG0, WG1, WG0, ...: each warpgroup waits for its own turn barrier and, after issuing,
-  // arrives on the other's. Per work tile both warpgroups take range.count() + 1 turns; warpgroup 1 gives
-  // warpgroup 0 its first turn up front and skips the arrival after its own last turn, so every arrival
-  // is matched within the work tile.
+  // Turns go round WG0, WG1, (WG2,) WG0, ...: each warpgroup waits for its own turn barrier and, after issuing,
+  // arrives on the next one's. Per work tile every warpgroup takes range.count() + 1 turns; the last warpgroup
+  // gives warpgroup 0 its first turn up front and skips the arrival after its own last turn, so every arrival
+  // is matched within the work tile (a wait on a turn therefore ends: the warpgroup before it in the round
+  // takes the same turns of the same tile and passes each on).
+  int const next_warpgroup = warpgroup + 1 == kWarpgroups ? 0 : warpgroup + 1;
   auto wait_turn = [&] { named_barrier_sync(kBarrierTurnWarpgroup0 + warpgroup, kTurnThreads); };
-  auto pass_turn = [&] { named_barrier_arrive(kBarrierTurnWarpgroup0 + (1 - warpgroup), kTurnThreads); };
+  auto pass_turn = [&] { named_barrier_arrive(kBarrierTurnWarpgroup0 + next_warpgroup, kTurnThreads); };
   // One arrival per consumer warp (the barriers count kConsumerWarps): every lane of the warp has passed
   // the wgmma wait, so the GEMM that read the buffer is complete.
   auto release = [&](uint64_t* empty_barrier) {
@@ -258,7 +261,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     if (range.count() == 0) {
       release(&smem.q_empty);  // no S GEMM reads Q: the producer may announce the next tile
     } else {
-      if (warpgroup == 1) pass_turn();
+      if (warpgroup == kWarpgroups - 1) pass_turn();  // warpgroup 0's first turn
 
       // First KV tile: S only.
       int n = range.end - 1;
@@ -299,7 +302,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
       wait_turn();
       mbarrier_wait(&smem.v_full[v_stage.index], v_stage.phase);
       warpgroup_gemm<false, true>(mma_pv, tOrP_operand, tOrVt(_, _, _, v_stage.index), tOrO);
-      if (warpgroup == 0) pass_turn();
+      if (warpgroup != kWarpgroups - 1) pass_turn();
       warpgroup_wait<0>();
       release(&smem.v_empty[v_stage.index]);
       v_stage.advance();

@@ -44,7 +44,8 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
   // Half the int32 range: fwd_next_tile's indices run past the last tile by up to the grid size (the limit
   // dash_check_problem states, checked here again because this file is what depends on it).
   if (num_tiles > int64_t(INT32_MAX / 2)) {
-    error = "problem: " + std::to_string(num_tiles) + " work tiles (128 query rows x heads x batch) exceed 2^30";
+    error = "problem: " + std::to_string(num_tiles) + " work tiles (" + std::to_string(Config::kBlockM) +
+            " query rows x heads x batch) exceed 2^30";
     return DASH_ERROR_UNSUPPORTED;
   }
   // Persistent: one CTA per SM (one fits per SM), each taking work tiles until none is left (fwd_next_tile).
