@@ -185,7 +185,8 @@ if torch is not None:
         return attention(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
                          window_size=window_size)
 
-    def check_determinism(q, k, v, runs=5, causal=False, deterministic=True, schedule="auto", seed=0):
+    def check_determinism(q, k, v, runs=5, causal=False, deterministic=True, schedule="auto", seed=0,
+                          window_size=(-1, -1)):
         """Runs forward + backward `runs` times on the same inputs and a fixed upstream gradient; returns one
         dict per run with the SHA-256 of dq, dk and dv, and whether every run matched the first."""
         gen = torch.Generator(device=q.device).manual_seed(seed)
@@ -193,7 +194,8 @@ if torch is not None:
         results = []
         for run in range(runs):
             qs, ks, vs = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-            out = attention(qs, ks, vs, causal=causal, deterministic=deterministic, schedule=schedule)
+            out = attention(qs, ks, vs, causal=causal, deterministic=deterministic, schedule=schedule,
+                            window_size=window_size)
             out.backward(dout)
             row = {"run": run}
             for name, t in (("dq", qs.grad), ("dk", ks.grad), ("dv", vs.grad)):

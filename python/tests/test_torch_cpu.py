@@ -60,6 +60,9 @@ def test_check_determinism_reports_identical_hashes():
     report = dash_attn.check_determinism(q, k, v, runs=3, causal=True)
     assert report["identical"]
     assert len(report["runs"]) == 3 and len(report["runs"][0]["dq_sha256"]) == 64
+    windowed = dash_attn.check_determinism(q, k, v, runs=2, causal=True, window_size=(16, 0))
+    assert windowed["identical"]
+    assert windowed["runs"][0]["dq_sha256"] != report["runs"][0]["dq_sha256"]  # the window changed the gradient
 
 
 def test_a_sequence_has_the_same_gradient_bits_alone_and_in_a_batch():
