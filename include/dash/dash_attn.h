@@ -27,7 +27,7 @@
  * CUDA graphs: dash_fwd zeroes its workspace and launches one kernel on the given stream, allocates nothing
  * and does not synchronise, so it can be captured. The caller passes the workspace (device memory,
  * dash_fwd_workspace_size() bytes, 4-byte aligned): a counter the persistent kernel takes its work tiles from.
- * Calls that may run at the same time (other streams, graph replays) need workspaces of their own.
+ * Calls that may run at the same time (on other streams) need workspaces of their own.
  */
 #ifndef DASH_DASH_ATTN_H
 #define DASH_DASH_ATTN_H
