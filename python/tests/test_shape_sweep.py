@@ -51,9 +51,16 @@ def sample_cases(device, mode="sample"):
     return [(sq, sk, *others[c % len(others)]) for c, (sq, sk) in enumerate(pairs)]
 
 
+def mask_name(mask):
+    """A case's mask: causal (True / False) or a window (left, right)."""
+    if isinstance(mask, tuple):
+        return f"window{mask[0]}_{mask[1]}"
+    return "causal" if mask else "full"
+
+
 def case_id(case):
-    sq, sk, causal, d, (b, hq, hk), schedule, det = case
-    return f"sq{sq}_sk{sk}_{'causal' if causal else 'full'}_d{d}_b{b}h{hq}-{hk}_{schedule}_{'det' if det else 'nondet'}"
+    sq, sk, mask, d, (b, hq, hk), schedule, det = case
+    return f"sq{sq}_sk{sk}_{mask_name(mask)}_d{d}_b{b}h{hq}-{hk}_{schedule}_{'det' if det else 'nondet'}"
 
 
 def pytest_generate_tests(metafunc):
@@ -64,19 +71,20 @@ def pytest_generate_tests(metafunc):
 
 
 def inputs(case, device, dtype, seed):
-    sq, sk, causal, d, (b, hq, hk), schedule, det = case
+    sq, sk, _mask, d, (b, hq, hk), schedule, det = case
     g = torch.Generator(device=device).manual_seed(seed)
     mk = lambda s, h: torch.randn(b, s, h, d, device=device, dtype=torch.float32, generator=g).to(dtype)
     return mk(sq, hq), mk(sk, hk), mk(sk, hk), mk(sq, hq)
 
 
 def run_case(case, device, dtype):
-    sq, sk, causal, d, heads, schedule, det = case
+    sq, sk, mask, d, heads, schedule, det = case
     q, k, v, dout = inputs(case, device, dtype, seed=sq * 7919 + sk)
     scale = 1 / math.sqrt(d)
-    fn = lambda q, k, v: dash_attn.attention(q, k, v, causal=causal, deterministic=det, schedule=schedule)
+    masking = dict(window_size=mask) if isinstance(mask, tuple) else dict(causal=mask)
+    fn = lambda q, k, v: dash_attn.attention(q, k, v, deterministic=det, schedule=schedule, **masking)
     ours = forward_backward(fn, q, k, v, dout)
-    check_against_reference(ours, q, k, v, dout, causal, scale, dtype if device == "cuda" else torch.float32,
+    check_against_reference(ours, q, k, v, dout, mask, scale, dtype if device == "cuda" else torch.float32,
                             label=case_id(case))
     if det:  # the promise: the same bits on every run
         again = forward_backward(fn, q, k, v, dout)
@@ -110,34 +118,16 @@ def window_cases(device):
     return [(sq, sk, w, *others[c % len(others)]) for c, (sq, sk, w) in enumerate(pairs)]
 
 
-def window_case_id(case):
-    sq, sk, (left, right), d, (b, hq, hk), schedule, det = case
-    return f"sq{sq}_sk{sk}_window{left}_{right}_d{d}_b{b}h{hq}-{hk}_{schedule}_{'det' if det else 'nondet'}"
-
-
-def run_window_case(case, device, dtype):
-    sq, sk, window, d, heads, schedule, det = case
-    q, k, v, dout = inputs((sq, sk, False, d, heads, schedule, det), device, dtype, seed=sq * 7919 + sk + 31)
-    fn = lambda q, k, v: dash_attn.attention(q, k, v, window_size=window, deterministic=det, schedule=schedule)
-    ours = forward_backward(fn, q, k, v, dout)
-    check_against_reference(ours, q, k, v, dout, window, 1 / math.sqrt(d),
-                            dtype if device == "cuda" else torch.float32, label=window_case_id(case))
-    if det:
-        again = forward_backward(fn, q, k, v, dout)
-        for name, a, b in zip(("out", "dq", "dk", "dv"), ours, again):
-            assert torch.equal(a, b), f"{window_case_id(case)}: {name} differs between two deterministic runs"
-
-
-@pytest.mark.parametrize("window_case", window_cases("cpu"), ids=window_case_id)
+@pytest.mark.parametrize("window_case", window_cases("cpu"), ids=case_id)
 def test_window_sweep_cpu(window_case):
-    run_window_case(window_case, "cpu", torch.float32)
+    run_case(window_case, "cpu", torch.float32)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not _abi.LIB.dash_cuda_available(),
                     reason="no CUDA device or no CUDA kernels: the CUDA sweep is skipped")
-@pytest.mark.parametrize("window_case", window_cases("cuda"), ids=window_case_id)
+@pytest.mark.parametrize("window_case", window_cases("cuda"), ids=case_id)
 def test_window_sweep_cuda(window_case):
-    run_window_case(window_case, "cuda", torch.bfloat16)
+    run_case(window_case, "cuda", torch.bfloat16)
 
 
 def test_sweep_cpu(case):

@@ -63,11 +63,11 @@ dash_status run_forward(KernelFamily family, const FwdLaunch& launch, std::strin
 }
 
 dash_status run_backward(KernelFamily family, const bwd::BwdParams& params, int32_t head_dim, dash_dtype dtype,
-                         int32_t num_ctas, cudaStream_t stream, std::string& error) {
+                         int32_t num_ctas, int device, cudaStream_t stream, std::string& error) {
   switch (family) {
     case KernelFamily::kHopper:
       return with_instantiation(head_dim, dtype, [&](auto hd, auto dt) {
-        return hopper::bwd::run<decltype(hd)::value, decltype(dt)::value>(params, num_ctas, stream, error);
+        return hopper::bwd::run<decltype(hd)::value, decltype(dt)::value>(params, num_ctas, device, stream, error);
       });
   }
   error = "backward: unknown kernel family";

@@ -28,15 +28,16 @@ int smem_bytes();
 
 namespace bwd {
 // Launches preprocess, the plan-executing main kernel (num_ctas persistent CTAs, a plain launch: docs/DEADLOCK.md)
-// and convert on `stream`.
+// and convert on `stream` (of `device`, the current device).
 template <int kHeadDim, dash_dtype kDtype>
-dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStream_t stream, std::string& error);
+dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int device, cudaStream_t stream,
+                std::string& error);
 }  // namespace bwd
 
 #define DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, DTYPE)                                                          \
   extern template dash_status fwd::run<HDIM, DTYPE>(kernels::FwdLaunch const&, std::string&);                \
   extern template int fwd::smem_bytes<HDIM, DTYPE>();                                                         \
-  extern template dash_status bwd::run<HDIM, DTYPE>(kernels::bwd::BwdParams const&, int32_t, cudaStream_t,       \
+  extern template dash_status bwd::run<HDIM, DTYPE>(kernels::bwd::BwdParams const&, int32_t, int, cudaStream_t,  \
                                                     std::string&);
 #define DASH_DECLARE_HOPPER_KERNELS(HDIM, ...)                 \
   DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, DASH_DTYPE_BF16)       \

@@ -104,11 +104,7 @@ struct BwdConfig {
   // warpgroup's dQ GEMM of visit v - 1 still reads the other buffer, so the "dS free" barrier goes (visit v - 2's
   // GEMMs, which read this buffer, completed before that warpgroup reached visit v - 1's "dS ready" barrier). The
   // second buffer fits only at kBlockM = 64 (16 KB more; 32 KB at kBlockM = 128 would pass the 227 KB).
-  // DASH_BWD_DS_STAGES = 1 or 2 forces a count (experiments).
-#ifndef DASH_BWD_DS_STAGES
-#define DASH_BWD_DS_STAGES -1
-#endif
-  static constexpr int kDsStages = DASH_BWD_DS_STAGES > 0 ? DASH_BWD_DS_STAGES : (kBlockM == 64 ? 2 : 1);
+  static constexpr int kDsStages = kBlockM == 64 ? 2 : 1;
   static_assert(kDsStages == 1 || kDsStages == kQStages, "a dS^T buffer per Q stage, or one");
   // dS^T as the MMA warpgroups produce it: (key, query, stage), query contiguous, SW128 (64 queries = 128 bytes),
   // written with stmatrix straight from the dS^T accumulator layout (no transpose) ...

@@ -19,7 +19,8 @@
 namespace dash::hopper::bwd {
 
 template <int kHeadDim, dash_dtype kDtype>
-dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStream_t stream, std::string& error) {
+dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int device, cudaStream_t stream,
+                std::string& error) {
   using namespace cute;
   using Config = BwdConfig<kHeadDim, kDtype>;
   using StdElement = typename Config::StdElement;
@@ -64,14 +65,13 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStr
   {
     constexpr auto kernel = backward_kernel<Config>;
     constexpr int kSmemBytes = smem_bytes_of<Config>();
-    int device = 0;
-    cudaError_t status = cudaGetDevice(&device);
-    if (status != cudaSuccess) return cuda_fail(error, "cudaGetDevice", status);
     if (dash_status s = opt_in_dynamic_smem<kernel>(device, kSmemBytes, "backward kernel", error); s != DASH_OK) {
       return s;
     }
     kernel<<<unsigned(num_ctas), unsigned(Config::kThreads), kSmemBytes, stream>>>(kernel_params);
-    if ((status = cudaGetLastError()) != cudaSuccess) return cuda_fail(error, "launch of backward kernel", status);
+    if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
+      return cuda_fail(error, "launch of backward kernel", status);
+    }
   }
   // 3. fp32 accumulators -> outputs: dQ, and dK / dV in a second z-slice for split-head GQA (batch * heads_q <=
   // 65535, checked by dash_check_problem, bounds both).
@@ -91,5 +91,5 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, cudaStr
 
 // One (head dim, dtype) of the backward: what each generated instantiation file expands.
 #define DASH_INSTANTIATE_HOPPER_BWD(HDIM, DTYPE)                                                                   \
-  template dash_status dash::hopper::bwd::run<HDIM, DTYPE>(dash::kernels::bwd::BwdParams const&, int32_t,       \
+  template dash_status dash::hopper::bwd::run<HDIM, DTYPE>(dash::kernels::bwd::BwdParams const&, int32_t, int, \
                                                            cudaStream_t, std::string&);
