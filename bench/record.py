@@ -246,6 +246,15 @@ def load_fa3(path):
     return torch.ops.flash_attn_3
 
 
+def timing_row(env, case, impl, tflops, times, bitwise, rel_err, **extra):
+    """One JSON row: the call's environment, the config and implementation, the TFLOP/s and the per-call times (ms),
+    the checks (bitwise identity over 3 runs, relative error to the reference), and `extra` fields."""
+    return dict(env, config=case.name, impl=impl.impl, mode=impl.mode, schedule=impl.schedule, tflops=tflops,
+                median_ms=round(statistics.median(times), 5), min_ms=round(min(times), 5),
+                max_ms=round(max(times), 5), bitwise_identical_3_runs=bitwise, rel_err_vs_reference=rel_err,
+                B=case.b, S=case.s, Hq=case.hq, Hkv=case.hkv, D=case.d, causal=case.causal, **extra)
+
+
 def run_config(case, impls, repeats, reference_key, warmup=3, reps=10):
     """Times every impl `repeats` times, interleaved; returns {key: [median ms per repeat]} and the check results."""
     per_repeat = {i.key: [] for i in impls}
@@ -347,12 +356,8 @@ def main():
             flops = case.fwd_flops * (1.0 if impl.mode == "forward" else 2.5)
             tf = [flops / (ms * 1e-3) / 1e12 for ms in per_repeat[impl.key]]
             same, errs = checks[impl.key]
-            row = dict(env, config=case.name, impl=impl.impl, mode=impl.mode, schedule=impl.schedule,
-                       tflops=round(statistics.median(tf), 1), tflops_per_repeat=[round(t, 1) for t in tf],
-                       median_ms=round(statistics.median(all_times[impl.key]), 5),
-                       min_ms=round(min(all_times[impl.key]), 5), max_ms=round(max(all_times[impl.key]), 5),
-                       flops=flops, bitwise_identical_3_runs=same, rel_err_vs_reference=errs,
-                       B=case.b, S=case.s, Hq=case.hq, Hkv=case.hkv, D=case.d, causal=case.causal)
+            row = timing_row(env, case, impl, round(statistics.median(tf), 1), all_times[impl.key], same, errs,
+                             tflops_per_repeat=[round(t, 1) for t in tf], flops=flops)
             if impl.mode != "forward" and impl.impl in ("dash-attn", "fa3") and (impl.schedule in (None, "auto")):
                 row["host_us_per_call"] = round(host_us(impl.run), 1)
             if args.long and case.s >= 32768 and impl.mode != "forward":
@@ -375,12 +380,8 @@ def main():
             for impl in impls:
                 flops = case.fwd_flops * 2.5
                 ms = statistics.median(all_times[impl.key])
-                row = dict(env, config=case.name, impl=impl.impl, mode=impl.mode, schedule=impl.schedule,
-                           tflops=round(flops / (ms * 1e-3) / 1e12, 1), median_ms=round(ms, 5),
-                           min_ms=round(min(all_times[impl.key]), 5), max_ms=round(max(all_times[impl.key]), 5),
-                           bitwise_identical_3_runs=checks[impl.key][0], rel_err_vs_reference=checks[impl.key][1],
-                           extra_memory_bytes=extra_memory_bytes(impl.run), B=case.b, S=case.s, Hq=case.hq,
-                           Hkv=case.hkv, D=case.d, causal=case.causal)
+                row = timing_row(env, case, impl, round(flops / (ms * 1e-3) / 1e12, 1), all_times[impl.key],
+                                 *checks[impl.key], extra_memory_bytes=extra_memory_bytes(impl.run))
                 out.write(json.dumps(row) + "\n")
                 print(f"{case.name:34s} {impl.impl:9s} {impl.mode:16s} {row['tflops']:6.1f} TFLOP/s  extra memory "
                       f"{row['extra_memory_bytes'] / 1e9:.2f} GB  bitwise {row['bitwise_identical_3_runs']}", flush=True)
