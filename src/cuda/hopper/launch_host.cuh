@@ -12,7 +12,11 @@
 
 namespace dash::hopper {
 
+// A failed CUDA runtime call as the launcher's error (the C ABI adds the entry point's name). As the C ABI's own
+// cuda_fail (cuda_errors.h) does, the non-sticky error the call recorded is cleared, so that the caller's next
+// launch check (PyTorch's, say) does not report it as its own.
 inline dash_status cuda_fail(std::string& error, const std::string& what, cudaError_t status) {
+  cudaGetLastError();
   error = what + ": " + cudaGetErrorString(status);
   return DASH_ERROR_CUDA;
 }
