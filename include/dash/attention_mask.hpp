@@ -7,8 +7,8 @@
 //   full:   every key;
 //   causal: j <= i + offset;
 //   window: i + offset - left <= j <= i + offset + right, an unbounded side (-1) dropped.
-// A row whose range is empty sees no key (O = 0, LSE = -inf, no gradient). Per-sequence offsets for packed
-// variable-length batches will live here too, so that the kernels keep asking the mask and nothing else.
+// A row whose range is empty sees no key (O = 0, LSE = -inf, no gradient). In a varlen pack each sequence has its
+// own lengths (for_lengths), and rows and keys count from the sequence's first row.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,13 @@ struct AttentionMask {
   // row; right >= seqlen_q: key_end is seqlen_k): it is made unbounded, which sees the same keys and keeps the
   // kernels' band arithmetic (row + offset -/+ side) within int32.
   DASH_HOST_DEVICE static AttentionMask of(const dash_problem& p) {
-    AttentionMask m{p.mask_kind, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+    return AttentionMask{p.mask_kind, p.seqlen_q, p.seqlen_k, p.window_left, p.window_right}.for_lengths(p.seqlen_q,
+                                                                                                        p.seqlen_k);
+  }
+  // The same mask over sequences of other lengths (one sequence of a varlen pack), clipped as `of` clips: a side
+  // made unbounded stays so (it was at least as wide as longer sequences).
+  DASH_HOST_DEVICE AttentionMask for_lengths(int32_t sq, int32_t sk) const {
+    AttentionMask m{kind, sq, sk, window_left, window_right};
     if (m.kind == DASH_MASK_WINDOW) {
       if (m.window_left >= m.seqlen_k) m.window_left = -1;
       if (m.window_right >= m.seqlen_q) m.window_right = -1;

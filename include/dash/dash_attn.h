@@ -163,6 +163,56 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
 
 /* ---- end of backward ---------------------------------------------------------------------------------- */
 
+/* ---- Packed variable-length sequences (varlen) ---------------------------------------------------------
+ *
+ * A pack holds `batch` sequences of different lengths back to back, as flash-attn's varlen API takes them:
+ * q, dout, o, dq are [total_q, heads_q, head_dim], k, v, dk, dv are [total_k, heads_kv, head_dim] (batch_stride
+ * unused), and sequence s holds query rows [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and key rows
+ * [cu_seqlens_k[s], cu_seqlens_k[s + 1]); lengths may differ between q and k and may be 0. The mask applies per
+ * sequence (causal aligned bottom-right per sequence). LSE is [heads_q, total_q] fp32, contiguous.
+ *
+ * Lengths come from the HOST: dash_pack_create reads host cu_seqlens once, orders the sequences (longest first)
+ * and builds the tables the kernels read, so no call reads lengths back from the device, and the forward and the
+ * backward of a pack can be captured in a CUDA graph (the tables are copied to a device on its first use there,
+ * waiting for that copy only). Each sequence is computed as the batch-1 problem of its own lengths (its own unit
+ * template in the backward), so in deterministic mode a sequence's gradients are bitwise the same whatever else is
+ * in the pack and wherever it sits ("pack invariance", docs/semantics.md).
+ *
+ *   dash_problem pr = {.batch = num_seqs, .heads_q = 32, .heads_kv = 8, .head_dim = 128, .mask_kind = CAUSAL};
+ *   dash_pack_t pack;  dash_pack_create(&pr, host_cu_seqlens_q, host_cu_seqlens_k, &pack);
+ *   dash_pack_problem(pack, &args.problem);               // seqlen_q / seqlen_k = the longest sequences
+ *   dash_fwd_varlen(&args, pack, fwd_workspace, 16, stream);
+ *   dash_plan_create_varlen(pack, "auto", 0, DASH_GQA_AUTO, &plan);
+ *   dash_bwd(&bwd_args, plan, 1, workspace, dash_bwd_workspace_size(&bwd_args, plan), stream);
+ */
+typedef struct dash_pack_s* dash_pack_t;
+
+/* problem: batch = number of sequences (>= 1), heads, head_dim, mask and window as for a fixed-length call; its
+ * seqlen_q / seqlen_k are ignored. cu_seqlens_q, cu_seqlens_k: HOST int32[batch + 1], starting at 0,
+ * non-decreasing. Errors name the argument (e.g. "cu_seqlens_q[3]: 100 is less than cu_seqlens_q[2] = 120"). */
+dash_status dash_pack_create(const dash_problem* problem, const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k,
+                             dash_pack_t* out);
+void dash_pack_destroy(dash_pack_t pack);
+/* The pack's problem: the caller's, with seqlen_q / seqlen_k = its longest sequences. Varlen calls require
+ * args->problem to equal it. */
+dash_status dash_pack_problem(dash_pack_t pack, dash_problem* out);
+/* Rows of the packed tensors: cu_seqlens_q[batch] and cu_seqlens_k[batch]. */
+dash_status dash_pack_rows(dash_pack_t pack, int64_t* total_q, int64_t* total_k);
+
+/* The forward over a pack: as dash_fwd (same workspace), with packed tensors and LSE [heads_q, total_q]. */
+dash_status dash_fwd_varlen(const dash_fwd_args* args, dash_pack_t pack, void* workspace, size_t workspace_bytes,
+                            void* cuda_stream);
+
+/* A backward plan for a pack: each sequence gets the unit template dash_plan_create would give a batch-1 problem of
+ * its lengths (auto and DASH_GQA_AUTO choose per sequence, from its own shape), ordered longest first. dash_bwd and
+ * dash_bwd_workspace_size take it like any plan; their args hold packed tensors and LSE [heads_q, total_q], and
+ * debug_order_log is indexed by accumulator (head * total_q_tiles + the sequence's q_tile_begin + q_tile; see
+ * dash_pack_sequence) times the longest sequence's KV tile count. */
+dash_status dash_plan_create_varlen(dash_pack_t pack, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
+                                    dash_plan_t* out);
+
+/* ---- end of varlen --------------------------------------------------------------------------------------- */
+
 /* ---- host API: plans as bytes and the CPU backend (no GPU needed) ------------------------------------- */
 
 /* Builds and validates a plan for `num_ctas` (>= 1) co-resident CTAs and returns its bytes
@@ -176,6 +226,12 @@ void dash_plan_free_host(void* blob);
  * for tests and small problems. */
 dash_status dash_cpu_fwd(const dash_fwd_args* args);
 dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_t plan_bytes);
+
+/* The CPU backend over a pack (fp32 HOST tensors, layouts as dash_fwd_varlen / dash_bwd on a varlen plan). The
+ * backward follows, per sequence, the plan dash_plan_create_varlen would give on `num_ctas` CTAs. */
+dash_status dash_cpu_fwd_varlen(const dash_fwd_args* args, dash_pack_t pack);
+dash_status dash_cpu_bwd_varlen(const dash_bwd_args* args, dash_pack_t pack, const char* schedule, int32_t num_ctas,
+                                int32_t gqa_mode);
 
 /* The schedule names dash_plan_create and dash_plan_build_host accept ("auto", "auto-fastest", then every
  * planner's), terminated by NULL. Bindings list these instead of spelling them again. */

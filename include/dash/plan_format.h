@@ -159,6 +159,31 @@ typedef struct dash_plan_header {
   uint32_t reserved2[2];
 } dash_plan_header;
 
+/* ---- Packed variable-length sequences ("varlen") ----
+ *
+ * A pack is `batch` sequences stored back to back in (total_rows, heads, head_dim) tensors: sequence s holds query
+ * rows [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and key rows [cu_seqlens_k[s], cu_seqlens_k[s + 1]). The kernels
+ * process its sequences in one fixed order (longest first, ties by index) and find a sequence from a work index
+ * through a table of these records, in that order. Each sequence is computed exactly as a batch-1 problem of its
+ * own lengths (its own unit template in the backward), so its bits do not depend on the other sequences, their
+ * lengths or its position in the pack ("pack invariance"). */
+typedef struct dash_pack_sequence {
+  int32_t sequence;         /* its index s in cu_seqlens */
+  int32_t seqlen_q, seqlen_k;
+  int32_t q_row, k_row;     /* cu_seqlens_q[s], cu_seqlens_k[s]: its first row in the packed tensors */
+  int32_t fwd_tile_begin;   /* forward: its first work tile; it has heads_q * ceil(seqlen_q / fwd_block_m) */
+  /* Backward (set in a varlen plan's copy of the records; 0 in the pack's): */
+  int32_t template_index;   /* its unit template in the plan's template table (-1: no ticket, see below) */
+  int32_t ticket_begin;     /* its first ticket; it has units * items_per_unit of its template */
+  int32_t q_tile_begin;     /* its first "global" Q tile: dQ accumulators, delta and LSE2 are per global tile */
+  int32_t kv_tile_begin;    /* its first global KV tile: split-GQA dK/dV accumulators and turn counters */
+  int32_t reserved[2];
+} dash_pack_sequence;
+
+/* Records per look-up chunk: entry c of a chunk table holds the position (in processing order) of the sequence
+ * that owns work index c * DASH_PACK_CHUNK; a kernel then steps forward over the records (begin <= index). */
+#define DASH_PACK_CHUNK 32
+
 #if defined(__CUDACC__)
 #define DASH_HOST_DEVICE __host__ __device__
 #else
@@ -215,5 +240,6 @@ DASH_STATIC_ASSERT(sizeof(dash_item) == 8, "dash_item layout");
 DASH_STATIC_ASSERT(sizeof(dash_segment) == 16, "dash_segment layout");
 DASH_STATIC_ASSERT(sizeof(dash_visit) == 8, "dash_visit layout");
 DASH_STATIC_ASSERT(sizeof(dash_plan_header) == 160, "dash_plan_header layout");
+DASH_STATIC_ASSERT(sizeof(dash_pack_sequence) == 48, "dash_pack_sequence layout");
 
 #endif /* DASH_PLAN_FORMAT_H */

@@ -6,13 +6,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dash/dash_attn.h"
 #include "dash/plan.hpp"
 #include "dash/reference.hpp"
+#include "dash/varlen.hpp"
 #include "api_error.h"
+#include "pack_handle.h"
 
 namespace {
 
@@ -117,6 +121,109 @@ float resolve_scale(float scale, int32_t head_dim) {
   return scale;
 }
 
+
+// ---- varlen (packs of sequences) ----
+
+const dash::Pack& pack_of(dash_pack_t pack) {
+  if (pack == nullptr) throw dash::Error("pack", "null handle");
+  return pack->pack;
+}
+
+// Varlen calls take the pack's problem (dash_pack_problem) and nothing else, so that the lengths a call was
+// checked against are the pack's.
+void require_pack_problem(const dash_problem& given, const dash::Pack& pack) {
+  const dash_problem expected = pack.problem.to_c();
+  if (std::memcmp(&expected, &given, sizeof(dash_problem)) != 0)
+    throw dash::Error("problem", "differs from the pack's problem (" + pack.problem.describe() +
+                                     "; take it from dash_pack_problem)");
+}
+
+// The shape the library's fixed-length limits are checked on: every sequence is computed as a batch-1 problem of
+// its own lengths, so one sequence of the longest lengths (at least 1) stands for all of them. The pack-wide
+// totals (forward tiles, tickets, accumulators) are checked exactly by build_pack and plan_for_pack.
+dash_problem longest_sequence_problem(const dash::Pack& pack) {
+  dash_problem p = pack.problem.to_c();
+  p.batch = 1;
+  p.seqlen_q = std::max(p.seqlen_q, 1);
+  p.seqlen_k = std::max(p.seqlen_k, 1);
+  return p;
+}
+
+// The common checks of the CPU varlen calls: the pack, its problem, and the library's limits.
+dash_status checked_pack_call(const dash_problem& given, dash_pack_t pack, bool needs_backward) {
+  if (dash_status s = guarded([&] {
+        require_pack_problem(given, pack_of(pack));
+        return DASH_OK;
+      });
+      s != DASH_OK) {
+    return s;
+  }
+  return checked_problem(longest_sequence_problem(pack->pack), needs_backward);
+}
+
+// A packed tensor's view starting at packed row `first_row`: one sequence's rows as a batch-1 tensor.
+dash::reference::Tensor rows_from(const dash::reference::Tensor& t, int64_t first_row) {
+  return {t.data + first_row * t.seq_stride, 0, t.seq_stride, t.head_stride};
+}
+
+void fill_rows(const dash::reference::Tensor& t, int64_t first_row, int64_t rows, int32_t heads, int32_t head_dim,
+               float value) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int32_t h = 0; h < heads; ++h) std::fill_n(t.at(0, first_row + r, h), head_dim, value);
+}
+
+// The forward of one sequence of the pack: the batch-1 forward on its rows; the packed LSE [heads_q, total_q]
+// receives its [heads_q, seqlen_q] rows.
+void cpu_forward_sequence(const dash::Pack& pack, const dash_pack_sequence& s, float scale,
+                          const dash::reference::Tensor& q, const dash::reference::Tensor& k,
+                          const dash::reference::Tensor& v, const dash::reference::Tensor& o, float* lse) {
+  const dash::Problem p = dash::sequence_problem(pack, s);
+  const int64_t total_q = pack.total_q();
+  if (s.seqlen_q == 0) return;
+  if (s.seqlen_k == 0) {  // no key at all: every row sees none (O = 0, LSE = -inf), as a fully masked row
+    fill_rows(o, s.q_row, s.seqlen_q, p.heads_q, p.head_dim, 0.f);
+    for (int32_t h = 0; h < p.heads_q; ++h)
+      std::fill_n(lse + h * total_q + s.q_row, s.seqlen_q, -std::numeric_limits<float>::infinity());
+    return;
+  }
+  std::vector<float> sequence_lse(size_t(p.heads_q) * s.seqlen_q);
+  dash::reference::forward(p, scale, rows_from(q, s.q_row), rows_from(k, s.k_row), rows_from(v, s.k_row),
+                           rows_from(o, s.q_row), sequence_lse.data());
+  for (int32_t h = 0; h < p.heads_q; ++h)
+    std::copy_n(sequence_lse.data() + int64_t(h) * s.seqlen_q, s.seqlen_q, lse + h * total_q + s.q_row);
+}
+
+// A template of a varlen plan as the CPU backend takes it: its tables and its batch-1 header.
+dash::Plan plan_of(const dash::BoundPlan& bound) {
+  dash::Plan plan = bound.unit->plan;
+  plan.header = bound.header;
+  plan.note = bound.note;
+  return plan;
+}
+
+struct PackedGradients {
+  dash::reference::Tensor q, k, v, o, dout, dq, dk, dv;
+};
+
+// The backward of one sequence: the batch-1 backward on its rows with its plan, the LSE gathered from the packed
+// [heads_q, total_q] rows. Without a plan (a length is 0) its gradient rows are zero.
+void cpu_backward_sequence(const dash::Pack& pack, const dash_pack_sequence& s, const dash::Plan* plan, float scale,
+                           const PackedGradients& t, const float* lse) {
+  const dash::Problem& p = pack.problem;
+  if (plan == nullptr) {
+    fill_rows(t.dq, s.q_row, s.seqlen_q, p.heads_q, p.head_dim, 0.f);
+    fill_rows(t.dk, s.k_row, s.seqlen_k, p.heads_kv, p.head_dim, 0.f);
+    fill_rows(t.dv, s.k_row, s.seqlen_k, p.heads_kv, p.head_dim, 0.f);
+    return;
+  }
+  std::vector<float> sequence_lse(size_t(p.heads_q) * s.seqlen_q);
+  for (int32_t h = 0; h < p.heads_q; ++h)
+    std::copy_n(lse + h * pack.total_q() + s.q_row, s.seqlen_q, sequence_lse.data() + int64_t(h) * s.seqlen_q);
+  dash::reference::backward(*plan, scale, rows_from(t.q, s.q_row), rows_from(t.k, s.k_row), rows_from(t.v, s.k_row),
+                            rows_from(t.o, s.q_row), rows_from(t.dout, s.q_row), sequence_lse.data(),
+                            rows_from(t.dq, s.q_row), rows_from(t.dk, s.k_row), rows_from(t.dv, s.k_row));
+}
+
 } // namespace
 
 extern "C" {
@@ -180,6 +287,100 @@ dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_
   });
 }
 
+// ---- varlen ----
+
+dash_status dash_pack_create(const dash_problem* problem, const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k,
+                             dash_pack_t* out) {
+  set_last_error("");
+  if (out == nullptr) return invalid("out: null pointer");
+  *out = nullptr;
+  if (problem == nullptr) return invalid("problem: null pointer");
+  // The fixed-length checks first (they tell an unsupported head dim from an invalid call); the lengths come from
+  // cu_seqlens, so they stand in as 1.
+  dash_problem shape = *problem;
+  shape.seqlen_q = shape.seqlen_k = 1;
+  if (problem->batch >= 1) {  // batch < 1 is build_pack's to name
+    if (dash_status s = checked_problem(shape, false); s != DASH_OK) return s;
+  }
+  return guarded([&] {
+    auto handle = std::make_unique<dash_pack_s>();
+    handle->pack = dash::build_pack(dash::Problem::from_c(*problem), cu_seqlens_q, cu_seqlens_k);
+    *out = handle.release();
+    return DASH_OK;
+  });
+}
+
+void dash_pack_destroy(dash_pack_t pack) {
+  if (pack == nullptr) return;
+  dash::capi::release_pack_device_copies(*pack);
+  delete pack;
+}
+
+dash_status dash_pack_problem(dash_pack_t pack, dash_problem* out) {
+  return guarded([&] {
+    if (out == nullptr) throw dash::Error("out", "null pointer");
+    *out = pack_of(pack).problem.to_c();
+    return DASH_OK;
+  });
+}
+
+dash_status dash_pack_rows(dash_pack_t pack, int64_t* total_q, int64_t* total_k) {
+  return guarded([&] {
+    if (total_q == nullptr) throw dash::Error("total_q", "null pointer");
+    if (total_k == nullptr) throw dash::Error("total_k", "null pointer");
+    const dash::Pack& p = pack_of(pack);
+    *total_q = p.total_q();
+    *total_k = p.total_k();
+    return DASH_OK;
+  });
+}
+
+dash_status dash_cpu_fwd_varlen(const dash_fwd_args* args, dash_pack_t pack) {
+  if (args == nullptr) return invalid("args: is NULL");
+  if (dash_status s = checked_pack_call(args->problem, pack, false); s != DASH_OK) return s;
+  return guarded([&] {
+    require_fp32(args->dtype);
+    if (args->lse == nullptr) throw dash::Error("lse", "is NULL");
+    const dash::Pack& p = pack->pack;
+    const float scale = resolve_scale(args->softmax_scale, p.problem.head_dim);
+    const auto q = host_tensor(args->q, "q"), k = host_tensor(args->k, "k"), v = host_tensor(args->v, "v"),
+               o = host_tensor(args->o, "o");
+    for (const dash_pack_sequence& s : p.sequences) cpu_forward_sequence(p, s, scale, q, k, v, o, args->lse);
+    return DASH_OK;
+  });
+}
+
+dash_status dash_cpu_bwd_varlen(const dash_bwd_args* args, dash_pack_t pack, const char* schedule, int32_t num_ctas,
+                                int32_t gqa_mode) {
+  if (args == nullptr) return invalid("args: is NULL");
+  if (dash_status s = checked_pack_call(args->problem, pack, true); s != DASH_OK) return s;
+  return guarded([&] {
+    if (schedule == nullptr) throw dash::Error("schedule", "is NULL");
+    if (num_ctas < 1)
+      throw dash::Error("num_ctas", "must be >= 1 for the CPU backend (0 means 'the device's SMs' only on a GPU)");
+    if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP && gqa_mode != DASH_GQA_AUTO)
+      throw dash::Error("gqa_mode", "unknown mode " + std::to_string(gqa_mode));
+    require_fp32(args->dtype);
+    if (args->lse == nullptr) throw dash::Error("lse", "is NULL");
+    if (args->debug_order_log != nullptr) throw dash::Error("debug_order_log", "is GPU-only; pass NULL");
+    const dash::Pack& p = pack->pack;
+    const float scale = resolve_scale(args->softmax_scale, p.problem.head_dim);
+    const PackedGradients t{host_tensor(args->q, "q"),       host_tensor(args->k, "k"),   host_tensor(args->v, "v"),
+                            host_tensor(args->o, "o"),       host_tensor(args->dout, "dout"),
+                            host_tensor(args->dq, "dq"),     host_tensor(args->dk, "dk"), host_tensor(args->dv, "dv")};
+    const dash::VarlenPlan plan =
+        dash::plan_for_pack(p, dash::Schedule::parse(schedule), num_ctas, static_cast<dash::GqaMode>(gqa_mode));
+    std::vector<dash::Plan> plans;  // one copy of each template's tables, shared by its sequences
+    plans.reserve(plan.templates.size());
+    for (const dash::BoundPlan& bound : plan.templates) plans.push_back(plan_of(bound));
+    for (const dash_pack_sequence& s : plan.sequences) {
+      const dash::Plan* sequence_plan = s.template_index >= 0 ? &plans[size_t(s.template_index)] : nullptr;
+      cpu_backward_sequence(p, s, sequence_plan, scale, t, args->lse);
+    }
+    return DASH_OK;
+  });
+}
+
 const char* const* dash_schedule_names(void) {
   static const std::vector<const char*> names = [] {
     std::vector<const char*> n = {"auto", "auto-fastest"};
@@ -238,6 +439,7 @@ size_t dash_abi_struct_size(const char* name) {
   if (n == "dash_fwd_args") return sizeof(dash_fwd_args);
   if (n == "dash_bwd_args") return sizeof(dash_bwd_args);
   if (n == "dash_plan_header") return sizeof(dash_plan_header);
+  if (n == "dash_pack_sequence") return sizeof(dash_pack_sequence);
   return 0;
 }
 

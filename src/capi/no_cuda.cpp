@@ -5,6 +5,7 @@
 
 #include "dash/dash_attn.h"
 #include "api_error.h"
+#include "pack_handle.h"
 
 namespace {
 dash_status no_kernels(const char* call) {
@@ -31,4 +32,13 @@ size_t dash_bwd_workspace_size(const dash_bwd_args*, dash_plan_t) {
   return 0;
 }
 dash_status dash_bwd(const dash_bwd_args*, dash_plan_t, int32_t, void*, size_t, void*) { return no_kernels("dash_bwd"); }
+dash_status dash_fwd_varlen(const dash_fwd_args*, dash_pack_t, void*, size_t, void*) {
+  return no_kernels("dash_fwd_varlen");
+}
+dash_status dash_plan_create_varlen(dash_pack_t, const char*, int32_t, int32_t, dash_plan_t*) {
+  return no_kernels("dash_plan_create_varlen");
+}
 } // extern "C"
+
+// No device copies are ever made without CUDA.
+void dash::capi::release_pack_device_copies(dash_pack_s&) {}

@@ -3,6 +3,7 @@
 // any CUDA call, each failure naming the argument), defaults, and dispatch to the kernel family of the device
 // (arch_dispatch.h). Plain C++; the kernels live in the generated .cu instantiations.
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -13,7 +14,9 @@
 #include "api_error.h"
 #include "arch_dispatch.h"
 #include "fwd_launch_args.h"
+#include "pack_handle.h"
 #include "tensor_checks.h"
+#include "varlen_device.h"
 
 namespace {
 
@@ -135,10 +138,11 @@ size_t dash_fwd_workspace_size(const dash_fwd_args* args) {
   return args == nullptr ? 0 : dash::kernels::kFwdWorkspaceBytes;  // the same for every problem today
 }
 
-dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspace_bytes, void* cuda_stream) {
-  dash::capi::set_last_error("");
-  dash::kernels::FwdLaunch launch{};
-  if (dash_status s = validate(args, launch); s != DASH_OK) return s;
+namespace {
+
+// dash_fwd and dash_fwd_varlen after their own argument checks: the workspace, the device, the launch.
+dash_status launch_forward(dash::kernels::FwdLaunch& launch, const dash_fwd_args* args, void* workspace,
+                           size_t workspace_bytes, void* cuda_stream) {
   size_t const needed = dash_fwd_workspace_size(args);
   if (workspace == nullptr || workspace_bytes < needed) {
     return fail(DASH_ERROR_INVALID_ARGUMENT,
@@ -155,10 +159,56 @@ dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspac
   launch.stream = static_cast<cudaStream_t>(cuda_stream);
 
   std::string error;
+  if (launch.varlen.sequences == nullptr && launch.varlen.num_sequences > 0) {
+    // The pack's tables on this device (the first use here uploads them).
+    int device = 0;
+    if (cudaError_t status = cudaGetDevice(&device); status != cudaSuccess) {
+      return fail(DASH_ERROR_CUDA, std::string("cudaGetDevice: ") + cudaGetErrorString(status));
+    }
+    if (dash_status s = dash::kernels::pack_on_device(launch.pack, device, launch.varlen); s != DASH_OK) return s;
+  }
   if (dash_status s = dash::kernels::run_forward(family, launch, error); s != DASH_OK) {
     return fail(s, "dash_fwd: " + error);
   }
   return DASH_OK;
+}
+
+}  // namespace
+
+dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspace_bytes, void* cuda_stream) {
+  dash::capi::set_last_error("");
+  dash::kernels::FwdLaunch launch{};
+  if (dash_status s = validate(args, launch); s != DASH_OK) return s;
+  return launch_forward(launch, args, workspace, workspace_bytes, cuda_stream);
+}
+
+dash_status dash_fwd_varlen(const dash_fwd_args* args, dash_pack_t pack, void* workspace, size_t workspace_bytes,
+                            void* cuda_stream) {
+  dash::capi::set_last_error("");
+  if (args == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "args: null pointer");
+  if (pack == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "pack: null handle");
+  const dash::Pack& p = pack->pack;
+  const dash_problem pack_problem = p.problem.to_c();
+  if (std::memcmp(&args->problem, &pack_problem, sizeof(dash_problem)) != 0) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT,
+                "problem: differs from the pack's (" + p.problem.describe() + "; dash_pack_problem gives it)");
+  }
+  if (p.total_q() == 0) return DASH_OK;  // no query rows: nothing to write
+  // The packed tensors are checked as one sequence of all their rows; the pack problem is restored afterwards.
+  dash_fwd_args packed = *args;
+  packed.problem.batch = 1;
+  packed.problem.seqlen_q = int32_t(p.total_q());
+  // No key rows at all: every query row sees no key (O = 0, LSE = -inf) and K / V are never read. Their tensors may
+  // be empty (a null pointer), so q stands in for them where the descriptors need an address.
+  const bool no_keys = p.total_k() == 0;
+  packed.problem.seqlen_k = no_keys ? 1 : int32_t(p.total_k());
+  if (no_keys) packed.k = packed.v = dash_tensor{args->q.data, 0, args->q.seq_stride, args->q.head_stride};
+  dash::kernels::FwdLaunch launch{};
+  if (dash_status s = validate(&packed, launch); s != DASH_OK) return s;
+  launch.args.problem = pack_problem;
+  launch.pack = pack;
+  launch.varlen.num_sequences = int32_t(p.sequences.size());  // tables resolved on the device in launch_forward
+  return launch_forward(launch, args, workspace, workspace_bytes, cuda_stream);
 }
 
 }  // extern "C"

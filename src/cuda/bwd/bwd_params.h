@@ -25,6 +25,20 @@ struct BwdTiles {
   static constexpr int kBlockN = kRow.bwd_block_n;  // key rows per KV tile
 };
 
+// One unit template of a varlen plan as the kernels read it (pointers into its device blob). A fixed-length plan has
+// one template, whose fields BwdParams holds directly.
+struct BwdTemplate {
+  const dash_item* items;
+  const dash_segment* segments;
+  const dash_visit* visits;
+  const uint16_t* dq_count;
+  const uint8_t* group_head_by_rank;
+  int32_t items_per_unit;
+  int32_t gqa_mode;   // dash_gqa_mode
+  int32_t split_dkv;  // SPLIT_HEADS with group_size > 1
+  int32_t num_q_tiles;
+};
+
 // Everything the three backward kernels (preprocess, main, convert) read. Pointers to the plan tables
 // point into the device copy of the plan blob.
 struct BwdParams {
@@ -67,6 +81,18 @@ struct BwdParams {
   // Testing: when non-null, the store warp writes (ticket << 32 | visit) into
   // order_log[accumulator * num_kv_tiles + rank] at the moment it acquires its turn.
   int64_t* order_log;
+
+  // Varlen (dash/plan_format.h, "varlen"); sequences == nullptr for fixed-length batches. Then batch = 1 and every
+  // per-tile array above is indexed by GLOBAL tiles: num_q_tiles / num_kv_tiles are the pack's totals, a sequence's
+  // tile t is global tile q_tile_begin + t (kv_tile_begin + t), and its unit template is templates[template_index].
+  // The tensors are packed (rows counted from the sequence's q_row / k_row) and lse is [heads_q, total_q].
+  const dash_pack_sequence* sequences;
+  const BwdTemplate* templates;
+  const int32_t* ticket_chunks;     // [ceil(num_tickets / DASH_PACK_CHUNK)]
+  const int32_t* q_tile_sequence;   // [num_q_tiles]: position of the sequence owning a global Q tile
+  const int32_t* kv_tile_sequence;  // [num_kv_tiles]
+  int32_t num_sequences;
+  int32_t total_q, total_k;         // rows of the packed tensors; total_q is the LSE's row stride per head
 };
 
 // Byte offsets of the workspace regions (each 256-byte aligned) for a problem and plan.
@@ -77,5 +103,8 @@ struct BwdWorkspaceLayout {
   size_t total = 0;
 };
 BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& problem, const dash_plan_header& header);
+// The problem whose layout a plan's workspace has: the call's, with batch 1 for a varlen plan (whose header's tile
+// counts are the pack's global tiles).
+dash_problem workspace_problem(const dash_problem& problem, const ::dash_plan_s& plan);
 
 }  // namespace dash::kernels::bwd

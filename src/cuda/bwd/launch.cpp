@@ -21,7 +21,6 @@ namespace {
 BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t deterministic, uint8_t* ws,
                       const BwdWorkspaceLayout& w) {
   const dash_plan_header& h = plan.header;
-  const uint8_t* blob = static_cast<const uint8_t*>(plan.device_template->device_blob);
   const dash_problem& p = a.problem;
   BwdParams params{};
   params.q = a.q;
@@ -40,11 +39,26 @@ BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t d
   params.mask = AttentionMask::of(p);
   params.softmax_scale = a.softmax_scale;
   params.scale_log2 = float(double(a.softmax_scale) * 1.4426950408889634);
-  params.items = reinterpret_cast<const dash_item*>(blob + h.items_offset);
-  params.segments = reinterpret_cast<const dash_segment*>(blob + h.segments_offset);
-  params.visits = reinterpret_cast<const dash_visit*>(blob + h.visits_offset);
-  params.dq_count = reinterpret_cast<const uint16_t*>(blob + h.dq_count_offset);
-  params.group_head_by_rank = blob + h.group_head_by_rank_offset;
+  if (const VarlenDevicePlan* varlen = plan.varlen.get()) {
+    // Varlen: one batch of global tiles (bwd_params.h); the sequences name their templates.
+    const uint8_t* blob = static_cast<const uint8_t*>(varlen->device_blob);
+    params.batch = 1;
+    params.sequences = reinterpret_cast<const dash_pack_sequence*>(blob + varlen->sequences_offset);
+    params.templates = reinterpret_cast<const BwdTemplate*>(blob + varlen->templates_offset);
+    params.ticket_chunks = reinterpret_cast<const int32_t*>(blob + varlen->ticket_chunks_offset);
+    params.q_tile_sequence = reinterpret_cast<const int32_t*>(blob + varlen->q_tile_sequence_offset);
+    params.kv_tile_sequence = reinterpret_cast<const int32_t*>(blob + varlen->kv_tile_sequence_offset);
+    params.num_sequences = int32_t(varlen->plan.sequences.size());
+    params.total_q = varlen->total_q;
+    params.total_k = varlen->total_k;
+  } else {
+    const uint8_t* blob = static_cast<const uint8_t*>(plan.device_template->device_blob);
+    params.items = reinterpret_cast<const dash_item*>(blob + h.items_offset);
+    params.segments = reinterpret_cast<const dash_segment*>(blob + h.segments_offset);
+    params.visits = reinterpret_cast<const dash_visit*>(blob + h.visits_offset);
+    params.dq_count = reinterpret_cast<const uint16_t*>(blob + h.dq_count_offset);
+    params.group_head_by_rank = blob + h.group_head_by_rank_offset;
+  }
   params.items_per_unit = h.items_per_unit;
   params.num_tickets = int32_t(int64_t(h.num_units) * h.items_per_unit);
   params.gqa_mode = h.gqa_mode;
@@ -81,7 +95,7 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
     return fail(DASH_ERROR_INVALID_ARGUMENT, "deterministic: must be 0 or 1 (got " + std::to_string(deterministic) + ")");
   }
   const dash_plan_header& h = plan->header;
-  const BwdWorkspaceLayout w = bwd_workspace_layout(a.problem, h);
+  const BwdWorkspaceLayout w = bwd_workspace_layout(workspace_problem(a.problem, *plan), h);
   if (workspace == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "workspace: null pointer");
   if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "workspace: must be 256-byte aligned");
@@ -109,6 +123,7 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
   // plan_for checked wave <= num_ctas <= the SMs the context can use: one CTA fits an SM (else the launch fails), so
   // an idle partition holds them all. CTAs whose SMs other kernels hold start when those finish, or find no ticket
   // left and exit.
+  if (plan->varlen != nullptr && plan->varlen->total_q == 0 && plan->varlen->total_k == 0) return DASH_OK;
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const BwdParams params = make_params(a, *plan, deterministic, ws, w);
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);

@@ -14,6 +14,8 @@
 #include <cuda_runtime_api.h>
 
 #include "api_error.h"
+#include "bwd/bwd_params.h"
+#include "pack_handle.h"
 #include "cuda_errors.h"
 #include "dash/plan.hpp"
 
@@ -28,12 +30,41 @@ DeviceTemplate::~DeviceTemplate() {
   cudaSetDevice(current);
 }
 
+VarlenDevicePlan::~VarlenDevicePlan() {
+  if (device_blob == nullptr) return;
+  int current = 0;
+  cudaGetDevice(&current);
+  cudaSetDevice(device);
+  cudaFree(device_blob);
+  cudaSetDevice(current);
+}
+
 dash_status check_plan(dash_plan_t plan) {
-  if (plan == nullptr || plan->device_template == nullptr) return capi::fail(DASH_ERROR_INVALID_ARGUMENT, "plan: null handle");
+  if (plan == nullptr || (plan->device_template == nullptr && plan->varlen == nullptr)) {
+    return capi::fail(DASH_ERROR_INVALID_ARGUMENT, "plan: null handle");
+  }
   return DASH_OK;
 }
 
 namespace {
+
+// One non-blocking stream per device for the uploads, created on first use and kept for the process.
+dash_status upload_stream(int device, cudaStream_t& stream) {
+  static std::mutex mutex;
+  static std::vector<std::pair<int, cudaStream_t>> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto& [d, s] : streams) {
+    if (d == device) {
+      stream = s;
+      return DASH_OK;
+    }
+  }
+  if (cudaError_t s = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); s != cudaSuccess) {
+    return cuda_fail("cudaStreamCreateWithFlags(plan upload)", s);
+  }
+  streams.push_back({device, stream});
+  return DASH_OK;
+}
 
 // Device copies of unit templates, most recently used first, up to kDeviceCacheBytes (a plan handle keeps its own
 // copy alive after eviction). Uploads go through a private non-blocking stream: the host waits for the copy
@@ -61,21 +92,13 @@ class DeviceTemplateCache {
       entry->device_blob = nullptr;
       return cuda_fail("cudaMalloc(plan blob)", s);
     }
-    cudaStream_t stream = nullptr;
-    if (dash_status s = upload_stream(device, stream); s != DASH_OK) return s;
     // Straight from the template's tables (no host copy of the blob: 8-16 MB at 128k tokens). The kernels read the
     // tables only; the padding between them stays unwritten.
-    uint8_t* base = static_cast<uint8_t*>(entry->device_blob);
+    std::vector<HostPart> parts;
     for (const Plan::BlobPart& part : unit->plan.blob_parts(entry->blob_header)) {
-      if (part.bytes == 0) continue;
-      if (cudaError_t s = cudaMemcpyAsync(base + part.offset, part.data, part.bytes, cudaMemcpyHostToDevice, stream);
-          s != cudaSuccess) {
-        return cuda_fail("cudaMemcpyAsync(plan blob)", s);
-      }
+      parts.push_back({part.offset, part.data, part.bytes});
     }
-    // The tables must be on the device before any stream launches a kernel that reads them, and the copies read
-    // from pageable host memory (blob_parts points at the header local to this entry and the cached template).
-    if (cudaError_t s = cudaStreamSynchronize(stream); s != cudaSuccess) return cuda_fail("cudaStreamSynchronize(plan upload)", s);
+    if (dash_status s = upload_to_device(device, entry->device_blob, parts); s != DASH_OK) return s;
     entries_.push_front(entry);
     bytes_ += entry->bytes;
     while (bytes_ > kDeviceCacheBytes && entries_.size() > 1) {
@@ -87,24 +110,9 @@ class DeviceTemplateCache {
   }
 
  private:
-  dash_status upload_stream(int device, cudaStream_t& stream) {
-    for (auto& [d, s] : streams_) {
-      if (d == device) {
-        stream = s;
-        return DASH_OK;
-      }
-    }
-    if (cudaError_t s = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); s != cudaSuccess) {
-      return cuda_fail("cudaStreamCreateWithFlags(plan upload)", s);
-    }
-    streams_.push_back({device, stream});  // lives as long as the process
-    return DASH_OK;
-  }
-
   std::mutex mutex_;
   std::list<std::shared_ptr<const DeviceTemplate>> entries_;
   size_t bytes_ = 0;
-  std::vector<std::pair<int, cudaStream_t>> streams_;
 };
 
 // A driver function through the runtime (the library links the static runtime, not libcuda); nullptr if the
@@ -126,6 +134,25 @@ DeviceTemplateCache& device_cache() {
 }
 
 }  // namespace
+
+dash_status upload_to_device(int device, void* device_blob, const std::vector<HostPart>& parts) {
+  cudaStream_t stream = nullptr;
+  if (dash_status s = upload_stream(device, stream); s != DASH_OK) return s;
+  uint8_t* base = static_cast<uint8_t*>(device_blob);
+  for (const HostPart& part : parts) {
+    if (part.bytes == 0) continue;
+    if (cudaError_t s = cudaMemcpyAsync(base + part.offset, part.data, part.bytes, cudaMemcpyHostToDevice, stream);
+        s != cudaSuccess) {
+      return cuda_fail("cudaMemcpyAsync(plan tables)", s);
+    }
+  }
+  // The tables must be on the device before any stream launches a kernel that reads them, and the copies read
+  // from pageable host memory the caller may free once this returns.
+  if (cudaError_t s = cudaStreamSynchronize(stream); s != cudaSuccess) {
+    return cuda_fail("cudaStreamSynchronize(plan upload)", s);
+  }
+  return DASH_OK;
+}
 
 dash_status usable_sms(int device, int32_t& sms) {
   if (cudaError_t s = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); s != cudaSuccess) {
@@ -160,12 +187,10 @@ using dash::kernels::cuda_fail;
 
 extern "C" {
 
-dash_status dash_plan_create(const dash_problem* problem, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
-                             dash_plan_t* out) {
-  dash::capi::set_last_error("");
-  if (out == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "out: null pointer");
-  *out = nullptr;
-  if (problem == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "problem: null pointer");
+namespace {
+
+// The argument checks dash_plan_create and dash_plan_create_varlen share.
+dash_status check_plan_request(const char* schedule, int32_t num_ctas, int32_t gqa_mode) {
   if (schedule == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "schedule: null pointer");
   if (num_ctas < 0) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "num_ctas: must be >= 0 (0 = SM count), got " + std::to_string(num_ctas));
@@ -173,9 +198,11 @@ dash_status dash_plan_create(const dash_problem* problem, const char* schedule, 
   if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP && gqa_mode != DASH_GQA_AUTO) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "gqa_mode: unknown value " + std::to_string(gqa_mode));
   }
-  // Every size limit of the kernels and the plan format, before any planning or device work.
-  if (dash_status s = dash_check_problem(problem, 1); s != DASH_OK) return s;
-  int device = 0;
+  return DASH_OK;
+}
+
+// The current device and the CTA count a plan there launches (0: its usable SMs).
+dash_status resolve_ctas(int32_t& num_ctas, int& device) {
   if (cudaError_t s = cudaGetDevice(&device); s != cudaSuccess) return cuda_fail("cudaGetDevice", s);
   int32_t sms = 0;
   if (dash_status s = dash::kernels::bwd::usable_sms(device, sms); s != DASH_OK) return s;
@@ -185,6 +212,22 @@ dash_status dash_plan_create(const dash_problem* problem, const char* schedule, 
                                                  std::to_string(sms) + " SMs this context can use on device " +
                                                  std::to_string(device) + " (the backward runs one CTA per SM)");
   }
+  return DASH_OK;
+}
+
+}  // namespace
+
+dash_status dash_plan_create(const dash_problem* problem, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
+                             dash_plan_t* out) {
+  dash::capi::set_last_error("");
+  if (out == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "out: null pointer");
+  *out = nullptr;
+  if (problem == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "problem: null pointer");
+  if (dash_status s = check_plan_request(schedule, num_ctas, gqa_mode); s != DASH_OK) return s;
+  // Every size limit of the kernels and the plan format, before any planning or device work.
+  if (dash_status s = dash_check_problem(problem, 1); s != DASH_OK) return s;
+  int device = 0;
+  if (dash_status s = resolve_ctas(num_ctas, device); s != DASH_OK) return s;
   dash::BoundPlan bound;
   try {
     dash::PlanRequest request;
@@ -216,6 +259,98 @@ dash_status dash_plan_create(const dash_problem* problem, const char* schedule, 
   return DASH_OK;
 }
 
+dash_status dash_plan_create_varlen(dash_pack_t pack, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
+                                    dash_plan_t* out) {
+  using dash::kernels::bwd::BwdTemplate;
+  using dash::kernels::bwd::HostPart;
+  using dash::kernels::bwd::VarlenDevicePlan;
+  dash::capi::set_last_error("");
+  if (out == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "out: null pointer");
+  *out = nullptr;
+  if (pack == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "pack: null handle");
+  if (dash_status s = check_plan_request(schedule, num_ctas, gqa_mode); s != DASH_OK) return s;
+  int device = 0;
+  if (dash_status s = resolve_ctas(num_ctas, device); s != DASH_OK) return s;
+  auto state = std::make_shared<VarlenDevicePlan>();
+  try {
+    state->plan = dash::plan_for_pack(pack->pack, dash::Schedule::parse(schedule), num_ctas,
+                                      static_cast<dash::GqaMode>(gqa_mode));
+  } catch (const dash::Error& e) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT, e.what());
+  } catch (const std::exception& e) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT, std::string("plan: ") + e.what());
+  }
+  const dash::VarlenPlan& vp = state->plan;
+  state->device = device;
+  state->total_q = int32_t(pack->pack.total_q());
+  state->total_k = int32_t(pack->pack.total_k());
+  // The templates on the device (shared with fixed-length plans of the same sequence shapes), then the table of
+  // their device addresses the kernels index by template_index.
+  std::vector<BwdTemplate> templates;
+  for (const dash::BoundPlan& bound : vp.templates) {
+    std::shared_ptr<const dash::kernels::bwd::DeviceTemplate> t;
+    if (dash_status s = dash::kernels::bwd::device_cache().get(bound.unit, device, t); s != DASH_OK) return s;
+    const dash_plan_header& o = t->blob_header;
+    const uint8_t* blob = static_cast<const uint8_t*>(t->device_blob);
+    templates.push_back(BwdTemplate{reinterpret_cast<const dash_item*>(blob + o.items_offset),
+                                    reinterpret_cast<const dash_segment*>(blob + o.segments_offset),
+                                    reinterpret_cast<const dash_visit*>(blob + o.visits_offset),
+                                    reinterpret_cast<const uint16_t*>(blob + o.dq_count_offset),
+                                    blob + o.group_head_by_rank_offset,
+                                    bound.header.items_per_unit,
+                                    bound.header.gqa_mode,
+                                    (bound.header.gqa_mode == DASH_GQA_SPLIT_HEADS && bound.header.group_size > 1) ? 1 : 0,
+                                    bound.header.num_q_tiles});
+    state->templates.push_back(std::move(t));
+  }
+  auto align = [](size_t n) { return (n + 15) / 16 * 16; };
+  size_t at = 0;
+  auto place = [&](size_t& offset, size_t bytes) {
+    offset = at;
+    at = align(at + bytes);
+  };
+  place(state->sequences_offset, vp.sequences.size() * sizeof(dash_pack_sequence));
+  place(state->templates_offset, templates.size() * sizeof(BwdTemplate));
+  place(state->ticket_chunks_offset, vp.ticket_chunks.size() * sizeof(int32_t));
+  place(state->q_tile_sequence_offset, vp.q_tile_sequence.size() * sizeof(int32_t));
+  place(state->kv_tile_sequence_offset, vp.kv_tile_sequence.size() * sizeof(int32_t));
+  if (cudaError_t s = cudaMalloc(&state->device_blob, at < 16 ? 16 : at); s != cudaSuccess) {
+    state->device_blob = nullptr;
+    return cuda_fail("cudaMalloc(varlen plan)", s);
+  }
+  const std::vector<HostPart> parts = {
+      {state->sequences_offset, vp.sequences.data(), vp.sequences.size() * sizeof(dash_pack_sequence)},
+      {state->templates_offset, templates.data(), templates.size() * sizeof(BwdTemplate)},
+      {state->ticket_chunks_offset, vp.ticket_chunks.data(), vp.ticket_chunks.size() * sizeof(int32_t)},
+      {state->q_tile_sequence_offset, vp.q_tile_sequence.data(), vp.q_tile_sequence.size() * sizeof(int32_t)},
+      {state->kv_tile_sequence_offset, vp.kv_tile_sequence.data(), vp.kv_tile_sequence.size() * sizeof(int32_t)}};
+  if (dash_status s = dash::kernels::bwd::upload_to_device(device, state->device_blob, parts); s != DASH_OK) return s;
+
+  auto plan = new dash_plan_s;
+  dash_plan_header& h = plan->header;
+  h.magic = DASH_PLAN_MAGIC;
+  h.version = DASH_PLAN_FORMAT_VERSION;
+  h.problem = pack->pack.problem.to_c();
+  h.block_m = vp.tiles.block_m;
+  h.block_n = vp.tiles.block_n;
+  h.num_q_tiles = vp.total_q_tiles;
+  h.num_kv_tiles = vp.total_kv_tiles;
+  h.planner = vp.templates.empty() ? 0 : vp.templates.front().header.planner;
+  // The workspace needs the split-GQA dK/dV accumulators when any sequence's template adds dK/dV across the group.
+  h.gqa_mode = vp.any_split_dkv ? DASH_GQA_SPLIT_HEADS : DASH_GQA_PACK_GROUP;
+  h.group_size = h.problem.heads_q / h.problem.heads_kv;
+  h.heads_per_unit = 1;
+  h.num_units = 1;
+  h.items_per_unit = int32_t(vp.num_tickets);
+  h.num_ctas = num_ctas;
+  h.min_coresident_ctas = vp.wave;
+  plan->varlen = std::move(state);
+  plan->note = vp.note;
+  plan->device = device;
+  *out = plan;
+  return DASH_OK;
+}
+
 void dash_plan_destroy(dash_plan_t plan) { delete plan; }
 
 dash_status dash_plan_blob(dash_plan_t plan, const void** data, size_t* bytes) {
@@ -223,6 +358,9 @@ dash_status dash_plan_blob(dash_plan_t plan, const void** data, size_t* bytes) {
   if (dash_status s = dash::kernels::bwd::check_plan(plan); s != DASH_OK) return s;
   if (data == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "data: null pointer");
   if (bytes == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "bytes: null pointer");
+  if (plan->varlen != nullptr) {
+    return fail(DASH_ERROR_UNSUPPORTED, "plan: a varlen plan has one blob per sequence shape, not one blob");
+  }
   std::call_once(plan->blob_once, [plan] {
     dash::Plan copy = plan->device_template->unit->plan;
     copy.header = plan->header;

@@ -12,6 +12,7 @@
 #include "dash/dash_attn.h"
 #include "dash/plan.hpp"
 #include "dash/plan_format.h"
+#include "dash/varlen.hpp"
 
 namespace dash::kernels::bwd {
 
@@ -25,6 +26,29 @@ struct DeviceTemplate {
   ~DeviceTemplate();
 };
 
+// One contiguous piece of a table blob: `bytes` at byte `offset`, copied from `data`.
+struct HostPart {
+  size_t offset;
+  const void* data;
+  size_t bytes;
+};
+// Copies the parts into device memory `device_blob` of `device` through a private non-blocking stream and waits for
+// that copy only (never for kernels queued on other streams).
+dash_status upload_to_device(int device, void* device_blob, const std::vector<HostPart>& parts);
+
+// A varlen plan on its device: the host plan (dash/varlen.hpp), the device copies of its unit templates, and one blob
+// with the sequences, the BwdTemplate table and the look-up tables (offsets below).
+struct VarlenDevicePlan {
+  dash::VarlenPlan plan;
+  std::vector<std::shared_ptr<const DeviceTemplate>> templates;
+  int32_t total_q = 0, total_k = 0;
+  void* device_blob = nullptr;
+  int device = -1;
+  size_t sequences_offset = 0, templates_offset = 0, ticket_chunks_offset = 0, q_tile_sequence_offset = 0,
+         kv_tile_sequence_offset = 0;
+  ~VarlenDevicePlan();
+};
+
 // SMs the current context can run on: the device's, or fewer in a green context or an MPS client with an SM limit.
 dash_status usable_sms(int device, int32_t& sms);
 
@@ -34,8 +58,10 @@ dash_status check_plan(dash_plan_t plan);
 }  // namespace dash::kernels::bwd
 
 struct dash_plan_s {
-  dash_plan_header header{};  // this problem's header; table offsets are the device template's
-  std::shared_ptr<const dash::kernels::bwd::DeviceTemplate> device_template;
+  dash_plan_header header{};  // this problem's header; table offsets are the device template's. A varlen plan's
+                              // header holds the pack's problem, its total tiles and tickets, its wave.
+  std::shared_ptr<const dash::kernels::bwd::DeviceTemplate> device_template;  // fixed-length plans
+  std::shared_ptr<const dash::kernels::bwd::VarlenDevicePlan> varlen;         // varlen plans
   std::string note;
   int device = -1;
   // dash_plan_blob's host copy, serialised on the first call only (it copies the template's tables).

@@ -58,23 +58,34 @@ dash_status validate(const dash_bwd_args* args, dash_plan_t plan, dash_bwd_args&
                                                  std::to_string(a.softmax_scale) + ")");
   }
   if (a.softmax_scale == 0.f) a.softmax_scale = float(1.0 / std::sqrt(double(p.head_dim)));
+  // A varlen pack's tensors are checked as one sequence of all their rows. A side without rows (every sequence
+  // empty there) is never read or written, and its tensors may be empty (null): the other side's tensors stand in
+  // where the TMA descriptors need an address.
+  const VarlenDevicePlan* varlen = plan->varlen.get();
+  const int32_t batch = varlen != nullptr ? 1 : p.batch;
+  const int32_t rows_q = varlen != nullptr ? varlen->total_q : p.seqlen_q;
+  const int32_t rows_k = varlen != nullptr ? varlen->total_k : p.seqlen_k;
+  if (varlen != nullptr && rows_q == 0 && rows_k == 0) return DASH_OK;  // dash_bwd has nothing to do
   struct Operand {
     const char* name;
     dash_tensor* t;
     int32_t seqlen, heads;
     bool is_output;
-  } ops[] = {{"q", &a.q, p.seqlen_q, p.heads_q, false},      {"k", &a.k, p.seqlen_k, p.heads_kv, false},
-             {"v", &a.v, p.seqlen_k, p.heads_kv, false},     {"o", &a.o, p.seqlen_q, p.heads_q, false},
-             {"dout", &a.dout, p.seqlen_q, p.heads_q, false}, {"dq", &a.dq, p.seqlen_q, p.heads_q, true},
-             {"dk", &a.dk, p.seqlen_k, p.heads_kv, true},     {"dv", &a.dv, p.seqlen_k, p.heads_kv, true}};
+  } ops[] = {{"q", &a.q, rows_q, p.heads_q, false},      {"k", &a.k, rows_k, p.heads_kv, false},
+             {"v", &a.v, rows_k, p.heads_kv, false},     {"o", &a.o, rows_q, p.heads_q, false},
+             {"dout", &a.dout, rows_q, p.heads_q, false}, {"dq", &a.dq, rows_q, p.heads_q, true},
+             {"dk", &a.dk, rows_k, p.heads_kv, true},     {"dv", &a.dv, rows_k, p.heads_kv, true}};
   for (Operand& op : ops) {
+    if (op.seqlen == 0) continue;  // replaced below
     std::string error;
-    if (dash_status s = check_tensor(op.name, *op.t, p.batch, op.seqlen, op.heads, p.head_dim, op.is_output, error);
+    if (dash_status s = check_tensor(op.name, *op.t, batch, op.seqlen, op.heads, p.head_dim, op.is_output, error);
         s != DASH_OK) {
       return fail(s, error);
     }
   }
-  if (a.lse == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "lse: null pointer");
+  if (rows_q == 0) a.q = a.o = a.dout = a.dq = a.k;
+  if (rows_k == 0) a.k = a.v = a.dk = a.dv = a.q;
+  if (a.lse == nullptr && rows_q > 0) return fail(DASH_ERROR_INVALID_ARGUMENT, "lse: null pointer");
   if (reinterpret_cast<uintptr_t>(a.lse) % 4 != 0) return fail(DASH_ERROR_INVALID_ARGUMENT, "lse: must be 4-byte aligned");
   if (a.debug_order_log != nullptr && reinterpret_cast<uintptr_t>(a.debug_order_log) % 8 != 0) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "debug_order_log: must be 8-byte aligned");

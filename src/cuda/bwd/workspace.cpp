@@ -10,6 +10,12 @@
 
 namespace dash::kernels::bwd {
 
+dash_problem workspace_problem(const dash_problem& problem, const dash_plan_s& plan) {
+  dash_problem p = problem;
+  if (plan.varlen != nullptr) p.batch = 1;  // its header counts the pack's global tiles
+  return p;
+}
+
 BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& p, const dash_plan_header& h) {
   auto align = [](size_t n) { return (n + 255) / 256 * 256; };
   const size_t dq_accumulators = size_t(p.batch) * p.heads_q * h.num_q_tiles;
@@ -44,5 +50,6 @@ extern "C" size_t dash_bwd_workspace_size(const dash_bwd_args* args, dash_plan_t
   dash::capi::set_last_error("");
   dash_bwd_args a{};
   if (dash::kernels::bwd::validate(args, plan, a) != DASH_OK) return 0;
-  return dash::kernels::bwd::bwd_workspace_layout(a.problem, plan->header).total;
+  return dash::kernels::bwd::bwd_workspace_layout(dash::kernels::bwd::workspace_problem(a.problem, *plan),
+                                                   plan->header).total;
 }

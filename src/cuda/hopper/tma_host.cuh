@@ -25,6 +25,21 @@ auto make_gmem_tensor(dash_tensor const& t, int seqlen, int heads, int batch) {
                                              int64_t(t.batch_stride))));
 }
 
+// A packed varlen tensor (total_rows, heads, head_dim) as the ragged view of hopper/varlen.cuh for boxes of kRows
+// rows: (kRows, head dim, heads, total_rows + kRows), both row modes with the row stride, based kRows rows before
+// the first row. The base itself is never dereferenced: every box keeps its in-bounds elements within the tensor.
+template <class Config, int kRows>
+auto make_ragged_gmem_tensor(dash_tensor const& t, int64_t total_rows, int heads) {
+  using namespace cute;
+  using Element = typename Config::Element;
+  Element* base = static_cast<Element*>(t.data) - int64_t(kRows) * t.seq_stride;
+  return make_tensor(make_gmem_ptr(base),
+                     make_layout(make_shape(int32_t(kRows), Int<Config::kHeadDim>{}, int32_t(heads),
+                                            int32_t(total_rows + kRows)),
+                                 make_stride(int64_t(t.seq_stride), _1{}, int64_t(t.head_stride),
+                                             int64_t(t.seq_stride))));
+}
+
 struct NamedDescriptor {
   char const* name;  // the tensor argument it describes, for the error
   void const* descriptor;

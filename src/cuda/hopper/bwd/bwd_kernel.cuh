@@ -179,13 +179,22 @@ struct SegmentRecord {
   int32_t b, head_kv, kv_tile, group_rank;
   int32_t num_visits;
   int32_t end_of_item;  // last segment of its item: the MMA warpgroups report the item done after it
+  int32_t split_dkv;    // the unit's dK/dV go through the group's ordered fp32 adds
+  int32_t seqlen_k, k_row, kv_tile_begin;  // the sequence (TicketWork)
 };
 // ... and with each visit's Q / dO / LSE2 / delta (guarded by q_full[stage]).
 // kv_tile repeats the segment's: the MMA warps take it from here so that nothing of the mask is invariant
 // over a segment's visit loop (ptxas hoisted such values out of the loop and spilled them).
+// seqlen_k and the band bounds (key - query in [band_lo, band_hi], kUnboundedBand for an open side) are the
+// sequence's, repeated per visit for the same reason.
 struct VisitRecord {
   int32_t head, q_tile, rank, flags, visit, ticket, kv_tile;
+  int32_t accumulator;  // the dQ accumulator this visit adds into (PlanScheduler::accumulator)
+  int32_t seqlen_k, band_lo, band_hi;
 };
+// Far outside any key - query difference (sequences have fewer than 2^24 rows: 16-bit tile indices), and far
+// from overflow when a difference is subtracted from it.
+constexpr int32_t kUnboundedBand = 1 << 29;
 
 template <class Config>
 struct BwdSmem {
@@ -298,7 +307,8 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
   PipelineState<Config::kQStages> q_state;
   uint32_t kv_phase = 0;
   int visits_issued = 0;   // every visit has one dQ wait (rank 0's is satisfied at once)
-  int items_with_mma = 0;  // claimed items that have at least one segment
+  int items_with_mma = 0;  // claimed split-head GQA items that have at least one segment
+  const bool varlen = p.sequences != nullptr;
 
   for (;;) {
     if (p.deterministic) {
@@ -309,8 +319,7 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
       // threads of this CTA whose own waits end by the DEADLOCK.md argument (awaited visits belong to claimed
       // items of running CTAs).
       const long long start = clock64();
-      while (atomicAdd(&s.waits_done, 0) < visits_issued ||
-             (p.split_dkv && atomicAdd(&s.items_mma_done, 0) < items_with_mma)) {
+      while (atomicAdd(&s.waits_done, 0) < visits_issued || atomicAdd(&s.items_mma_done, 0) < items_with_mma) {
         __nanosleep(64);
         if (DASH_BWD_WATCHDOG_CYCLES > 0 && uint64_t(clock64() - start) > DASH_BWD_WATCHDOG_CYCLES) {
           *reinterpret_cast<volatile uint32_t*>(uintptr_t(kSiteClaim + 1) * 256u) = 0;  // see watchdog_wait
@@ -322,11 +331,16 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
     if (!plan.claim(work)) break;
     const dash_item item = work.item;
     const int b = work.unit.batch, head_kv = work.unit.head_kv, group_rank = work.unit.group_rank;
-
-    Tensor gK = local_tile(mK(_, _, head_kv, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-    Tensor gV = local_tile(mV(_, _, head_kv, b), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-    auto [tKgK, tKsK] = tma_partition(P.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto [tVgV, tVsV] = tma_partition(P.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    // The sequence's band of visible keys, as the MMA warps test it (bwd mask comment there).
+    const AttentionMask mask = p.mask.for_lengths(work.seqlen_q, work.seqlen_k);
+    const int band_hi = mask.right_bounded() ? mask.diagonal_offset() + mask.right() : kUnboundedBand;
+    const int band_lo = mask.left_bounded() ? mask.diagonal_offset() - mask.left() : -kUnboundedBand;
+    // KV tile n of this sequence (hopper/varlen.cuh: bounded at the sequence's end in a varlen pack).
+    auto kv_tile = [&](auto const& mT, int n) {
+      const BoxRows box = box_rows<kBlockN>(varlen, b, work.k_row, n * kBlockN, work.seqlen_k);
+      return local_tile(domain_offset(make_coord(box.inner, _0{}), mT(_, _, head_kv, box.outer)),
+                        Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
+    };
 
     for (int sgi = 0; sgi < item.num_segments; ++sgi) {
       const dash_segment seg = plan.segment(work, sgi);
@@ -334,45 +348,63 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
       // previous segment completed (warpgroup_wait) and after it copied the segment record. The MMA warps
       // only wait on this CTA's producer and store warps, whose waits end (DEADLOCK.md), so this ends too.
       watchdog_wait(&s.kv_empty, kv_phase ^ 1u, kSiteKvEmpty);
-      s.segment[kv_phase] = SegmentRecord{0, b, head_kv, int32_t(seg.kv_tile), group_rank, int32_t(seg.num_visits),
-                                sgi + 1 == item.num_segments ? 1 : 0};
+      s.segment[kv_phase] = SegmentRecord{0,
+                                          b,
+                                          head_kv,
+                                          int32_t(seg.kv_tile),
+                                          group_rank,
+                                          int32_t(seg.num_visits),
+                                          sgi + 1 == item.num_segments ? 1 : 0,
+                                          work.split_dkv,
+                                          work.seqlen_k,
+                                          work.k_row,
+                                          work.kv_tile_begin};
       // The arrive (release.cta) publishes the record above; the TMA completes the transaction bytes. The MMA
       // warps' wait on kv_full acquires both. Rows past seqlen_k are zero-filled by TMA and still counted.
+      auto [tKgK, tKsK] = tma_partition(P.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                        group_modes<0, 2>(kv_tile(mK, seg.kv_tile)));
+      auto [tVgV, tVsV] = tma_partition(P.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                        group_modes<0, 2>(kv_tile(mV, seg.kv_tile)));
       mbarrier_arrive_expect_tx(&s.kv_full, 2 * Config::kKVTileBytes);
-      copy(P.tma_k.with(s.kv_full), tKgK(_, seg.kv_tile), tKsK);
-      copy(P.tma_v.with(s.kv_full), tVgV(_, seg.kv_tile), tVsV);
+      copy(P.tma_k.with(s.kv_full), tKgK, tKsK);
+      copy(P.tma_v.with(s.kv_full), tVgV, tVsV);
       kv_phase ^= 1u;
 
       for (int vi = 0; vi < seg.num_visits; ++vi) {
         const int index = plan.visit_index(seg, vi);
-        const dash_visit vis = plan.visit(index);
+        const dash_visit vis = plan.visit(work, index);
         const int head = plan.head_of(work, vis);
+        const int accumulator = plan.accumulator(work, head, vis.q_tile);
         const int st = q_state.index;
         // WAIT (Q stage free): every MMA warp arrived on q_empty[st] after the GEMMs that read this stage
         // (two visits ago) completed and after it copied the visit record.
         watchdog_wait(&s.q_empty[st], q_state.phase ^ 1u, kSiteQEmpty);
-        s.visit[st] = VisitRecord{head, int32_t(vis.q_tile), int32_t(vis.dq_rank), int32_t(vis.flags), index,
-                                  work.ticket, int32_t(seg.kv_tile)};
+        s.visit[st] = VisitRecord{head,         int32_t(vis.q_tile), int32_t(vis.dq_rank), int32_t(vis.flags),
+                                  index,        work.ticket,         int32_t(seg.kv_tile), accumulator,
+                                  work.seqlen_k, band_lo,            band_hi};
         // Release of the record + expected bytes of the four loads (two TMA tiles, two kBlockM-float rows).
         mbarrier_arrive_expect_tx(&s.q_full[st], 2 * Config::kQTileBytes + 2 * Config::kRowFloatsBytes);
-        Tensor gQ = local_tile(mQ(_, _, head, b), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-        Tensor gdO = local_tile(mdO(_, _, head, b), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+        const BoxRows q_box = box_rows<kBlockM>(varlen, b, work.q_row, vis.q_tile * kBlockM, work.seqlen_q);
+        auto q_rows = [&](auto const& mT) {
+          return local_tile(domain_offset(make_coord(q_box.inner, _0{}), mT(_, _, head, q_box.outer)),
+                            Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
+        };
         auto [tQgQ, tQsQ] =
-            tma_partition(P.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+            tma_partition(P.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(q_rows(mQ)));
         auto [tdOgdO, tdOsdO] =
-            tma_partition(P.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
-        copy(P.tma_q.with(s.q_full[st]), tQgQ(_, int(vis.q_tile)), tQsQ(_, st));
-        copy(P.tma_do.with(s.q_full[st]), tdOgdO(_, int(vis.q_tile)), tdOsdO(_, st));
+            tma_partition(P.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(q_rows(mdO)));
+        copy(P.tma_q.with(s.q_full[st]), tQgQ, tQsQ(_, st));
+        copy(P.tma_do.with(s.q_full[st]), tdOgdO, tdOsdO(_, st));
         // LSE2 / delta are padded to whole Q tiles by bwd_preprocess (kBlockM floats per tile, 256- or 512-byte
         // aligned rows), so one bulk copy each, no bounds.
-        const int64_t row0 = ((int64_t(b) * p.heads_q + head) * p.num_q_tiles + vis.q_tile) * kBlockM;
+        const int64_t row0 = int64_t(accumulator) * kBlockM;
         bulk_copy_g2s(s.lse2[st], p.lse_log2 + row0, Config::kRowFloatsBytes, &s.q_full[st]);
         bulk_copy_g2s(s.delta[st], p.delta + row0, Config::kRowFloatsBytes, &s.q_full[st]);
         q_state.advance();
         ++visits_issued;
       }
     }
-    if (item.num_segments > 0) ++items_with_mma;
+    if (item.num_segments > 0 && work.split_dkv) ++items_with_mma;
   }
 
   // No more tickets: an exit record instead of a segment (no bytes: the plain arrive completes the phase).
@@ -392,7 +424,6 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
   const BwdParams& p = P.base;
   const PlanScheduler plan{p};
-  const AttentionMask& mask = p.mask;
   const bool lane_leader = (threadIdx.x % 32) == 0;
 
   Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQ{});
@@ -453,12 +484,6 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   uint32_t kv_phase = 0;
   int dq_stage = 0;
   uint32_t dq_phase = 0;  // parity of the staging buffer's current use (flips when dq_stage wraps)
-  // The band of keys a query sees, as bounds on key - query (dash/attention_mask.hpp): band_lo <= key - query <=
-  // band_hi, an unbounded side dropped (AttentionMask::of clips a window wider than the sequences to unbounded,
-  // so these sums stay far from overflow).
-  const bool band_hi_bounded = mask.right_bounded(), band_lo_bounded = mask.left_bounded();
-  const int band_hi = mask.diagonal_offset() + (band_hi_bounded ? mask.right() : 0);
-  const int band_lo = mask.diagonal_offset() - (band_lo_bounded ? mask.left() : 0);
 
   for (;;) {
     // WAIT (segment): the producer's arrive released the record, the TMA completed K and V. The producer's
@@ -489,7 +514,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       // compile-time constants. Key visible to query iff key < seqlen_k and band_lo <= key - query <= band_hi
       // (mask.key_begin / key_end); each test becomes one runtime value per visit compared with constants
       // (written this way because ptxas hoisted 16 per-column values out of the loops and spilled).
-      const bool need_mask = (vis.flags & DASH_VISIT_PARTIAL_MASK) || (vis.kv_tile + 1) * kBlockN > mask.seqlen_k;
+      const bool need_mask = (vis.flags & DASH_VISIT_PARTIAL_MASK) || (vis.kv_tile + 1) * kBlockN > vis.seqlen_k;
       const int key_base = vis.kv_tile * kBlockN + get<0>(tScS(0));
       const int col_base = get<1>(tScS(0));
       const float* lse2_row = &s.lse2[st][col_base];
@@ -506,9 +531,11 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // One branch per visit (uniform across the warpgroup); the loop inside has no branches.
         // key - query = base + r0 - c0.
         const int base = key_base - col_base - vis.q_tile * kBlockM;
-        const int keys_left = mask.seqlen_k - key_base;                         // masked iff r0 >= it
-        const int above = band_hi_bounded ? base - band_hi : INT_MIN / 2;      // masked iff > c0 - r0
-        const int below = band_lo_bounded ? base - band_lo : INT_MAX / 2;      // masked iff < c0 - r0
+        // The band of keys a query sees, as bounds on key - query (dash/attention_mask.hpp): band_lo <= key -
+        // query <= band_hi, an open side at kUnboundedBand (so its test below never masks).
+        const int keys_left = vis.seqlen_k - key_base;  // masked iff r0 >= it
+        const int above = base - vis.band_hi;           // masked iff > c0 - r0
+        const int below = base - vis.band_lo;           // masked iff < c0 - r0
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
           const int r0 = get<0>(tScS0(i)), c0 = get<1>(tScS0(i));
@@ -576,7 +603,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       }
       if (thread == 0) {
         DqHandoff h;
-        h.accumulator = (seg.b * p.heads_q + vis.head) * p.num_q_tiles + vis.q_tile;  // seg.b: from smem
+        h.accumulator = vis.accumulator;
         h.rank = vis.rank;
         h.flags = vis.flags;
         h.ticket = vis.ticket;
@@ -608,27 +635,28 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
     // ---- segment epilogue: dK / dV of this KV tile (this unit's share) ----
     // The record's slot stays valid until the next segment's kv_empty (see BwdSmem::segment).
     const int seg_b = seg.b, seg_head_kv = seg.head_kv, seg_kv_tile = seg.kv_tile, seg_group_rank = seg.group_rank;
-    const bool seg_end_of_item = seg.end_of_item != 0;
+    const bool seg_end_of_item = seg.end_of_item != 0, seg_split_dkv = seg.split_dkv != 0;
+    const int seg_seqlen_k = seg.seqlen_k, seg_k_row = seg.k_row, seg_kv_tile_begin = seg.kv_tile_begin;
     CUTE_UNROLL
     for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= p.softmax_scale;
-    if (!p.split_dkv) {
+    if (!seg_split_dkv) {
       // This CTA holds the complete dK/dV of the tile: store them (keys past seqlen_k dropped).
       CUTE_UNROLL
       for (int i = 0; i < size(tdKrdK); i += 2) {
         const int key = seg_kv_tile * kBlockN + get<0>(tdKVc(i));
         const int col = get<1>(tdKVc(i));
-        if (key < mask.seqlen_k) {
+        if (key < seg_seqlen_k) {
           StdElement* dk_row = static_cast<StdElement*>(p.dk.data) + seg_b * p.dk.batch_stride +
-                               int64_t(key) * p.dk.seq_stride + seg_head_kv * p.dk.head_stride;
+                               int64_t(seg_k_row + key) * p.dk.seq_stride + seg_head_kv * p.dk.head_stride;
           StdElement* dv_row = static_cast<StdElement*>(p.dv.data) + seg_b * p.dv.batch_stride +
-                               int64_t(key) * p.dv.seq_stride + seg_head_kv * p.dv.head_stride;
+                               int64_t(seg_k_row + key) * p.dv.seq_stride + seg_head_kv * p.dv.head_stride;
           *reinterpret_cast<uint32_t*>(dk_row + col) = pack_pair<StdElement>(tdKrdK(i), tdKrdK(i + 1));
           *reinterpret_cast<uint32_t*>(dv_row + col) = pack_pair<StdElement>(tdVrdV(i), tdVrdV(i + 1));
         }
       }
     } else {
       // Split-head GQA: add this query head's share into the fp32 accumulators in group_head_by_rank order.
-      int32_t* turn = plan.dkv_turn(seg_b, seg_head_kv, seg_kv_tile);
+      int32_t* turn = plan.dkv_turn(seg_b, seg_head_kv, seg_kv_tile_begin + seg_kv_tile);
       if (p.deterministic) {
         // WAIT (dK/dV group order). The head of group rank `group_rank - 1` is the previous unit, i.e. items
         // with earlier tickets (docs/DEADLOCK.md: "Waits across units ... always target the previous unit");
@@ -637,7 +665,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         PlanScheduler::wait_for_turn(turn, seg_group_rank);
       }
       const int64_t base_row = (int64_t(seg_b) * p.heads_kv + seg_head_kv) * (int64_t(p.num_kv_tiles) * kBlockN) +
-                               int64_t(seg_kv_tile) * kBlockN;
+                               int64_t(seg_kv_tile_begin + seg_kv_tile) * kBlockN;
       CUTE_UNROLL
       for (int i = 0; i < size(tdKrdK); i += 2) {
         const int64_t row = base_row + get<0>(tdKVc(i));
@@ -654,7 +682,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         if (thread == 0) PlanScheduler::publish(turn, seg_group_rank);
       }
     }
-    if (p.split_dkv && seg_end_of_item) {
+    if (seg_split_dkv && seg_end_of_item) {
       // The item's dK/dV waits are all satisfied and its adds released: tell the producer's claim rule. The
       // barrier makes "done" mean all 256 threads.
       mma_barrier(kBarMma);

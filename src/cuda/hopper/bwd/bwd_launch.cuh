@@ -27,10 +27,17 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
   constexpr int kBlockM = Config::kBlockM;
 
   // TMA descriptors over the caller's strided Q / dO / K / V.
-  auto gQ = tma::make_gmem_tensor<Config>(params.q, params.mask.seqlen_q, params.heads_q, params.batch);
-  auto gdO = tma::make_gmem_tensor<Config>(params.dout, params.mask.seqlen_q, params.heads_q, params.batch);
-  auto gK = tma::make_gmem_tensor<Config>(params.k, params.mask.seqlen_k, params.heads_kv, params.batch);
-  auto gV = tma::make_gmem_tensor<Config>(params.v, params.mask.seqlen_k, params.heads_kv, params.batch);
+  // Varlen: ragged views of the packed tensors (hopper/varlen.cuh), one per box height.
+  const bool varlen = params.sequences != nullptr;
+  auto rows_of = [&](dash_tensor const& t, int seqlen, int total, int heads, auto box_rows) {
+    constexpr int kRows = decltype(box_rows)::value;
+    return varlen ? tma::make_ragged_gmem_tensor<Config, kRows>(t, total, heads)
+                  : tma::make_gmem_tensor<Config>(t, seqlen, heads, params.batch);
+  };
+  auto gQ = rows_of(params.q, params.mask.seqlen_q, params.total_q, params.heads_q, Int<kBlockM>{});
+  auto gdO = rows_of(params.dout, params.mask.seqlen_q, params.total_q, params.heads_q, Int<kBlockM>{});
+  auto gK = rows_of(params.k, params.mask.seqlen_k, params.total_k, params.heads_kv, Int<Config::kBlockN>{});
+  auto gV = rows_of(params.v, params.mask.seqlen_k, params.total_k, params.heads_kv, Int<Config::kBlockN>{});
   BwdKernelParams<Config> kernel_params{
       params,
       make_tma_copy(SM90_TMA_LOAD{}, gQ, typename Config::SmemLayoutQStage{}),
@@ -54,7 +61,7 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
   {
     const dim3 grid(unsigned((params.num_q_tiles * kBlockM + kRowsPerBlock - 1) / kRowsPerBlock),
                     unsigned(params.batch * params.heads_q));
-    bwd_preprocess<kHeadDim, StdElement><<<grid, 256, 0, stream>>>(params);
+    if (grid.x > 0) bwd_preprocess<kHeadDim, StdElement><<<grid, 256, 0, stream>>>(params);  // 0: no query rows
     if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
       return cuda_fail(error, "launch of bwd_preprocess", status);
     }
@@ -76,10 +83,14 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
   // 3. fp32 accumulators -> outputs: dQ, and dK / dV in a second z-slice for split-head GQA (batch * heads_q <=
   // 65535, checked by dash_check_problem, bounds both).
   {
-    const int rows = params.mask.seqlen_q > params.mask.seqlen_k ? params.mask.seqlen_q : params.mask.seqlen_k;
+    // Varlen: padded rows of the global tiles, and the dK / dV slice always (it writes the zero dK / dV of
+    // sequences without queries).
+    const int rows_q = varlen ? params.num_q_tiles * kBlockM : params.mask.seqlen_q;
+    const int rows_k = varlen ? params.num_kv_tiles * Config::kBlockN : params.mask.seqlen_k;
+    const int rows = rows_q > rows_k ? rows_q : rows_k;
     const dim3 grid(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(params.batch * params.heads_q),
-                    params.split_dkv ? 2u : 1u);
-    bwd_convert<kHeadDim, StdElement><<<grid, 256, 0, stream>>>(params);
+                    (params.split_dkv || varlen) ? 2u : 1u);
+    if (grid.x > 0) bwd_convert<kHeadDim, StdElement><<<grid, 256, 0, stream>>>(params);
     if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
       return cuda_fail(error, "launch of bwd_convert", status);
     }

@@ -15,17 +15,27 @@
 #include "bwd/bwd_params.h"
 #include "dash/plan_format.h"
 #include "hopper/ptx.cuh"
+#include "hopper/varlen.cuh"
 
 namespace dash::hopper::bwd {
 
 using kernels::bwd::BwdParams;
 
 // What a claimed ticket names: the plan item and its unit's coordinates (batch, heads, group rank), decoded
-// with plan_format.h's decoder (the simulator and the CPU backend use it too).
+// with plan_format.h's decoder (the simulator and the CPU backend use it too), the unit template's tables, and the
+// sequence: its lengths, first rows and first global tiles (0 for fixed-length batches, whose tensors address the
+// batch entry; in a varlen pack every unit is of a batch-1 problem, so unit.batch is 0).
 struct TicketWork {
   int32_t ticket;
   dash_item item;
   dash_unit_coords unit;
+  const dash_segment* segments;
+  const dash_visit* visits;
+  int32_t gqa_mode;
+  int32_t split_dkv;
+  int32_t seqlen_q, seqlen_k;
+  int32_t q_row, k_row;
+  int32_t q_tile_begin, kv_tile_begin;
 };
 
 // Spins until *counter == expected. Every lane that calls it performs its own acquire load, so each lane's later
@@ -51,29 +61,63 @@ struct PlanScheduler {
     const int ticket = atomicAdd(p.ticket_counter, 1);
     if (ticket >= p.num_tickets) return false;
     work.ticket = ticket;
-    work.item = p.items[ticket % p.items_per_unit];
-    work.unit = dash_unit_coords_from(p.gqa_mode, p.heads_q, p.heads_kv, p.group_size, p.group_head_by_rank,
-                                      ticket / p.items_per_unit);
+    if (p.sequences == nullptr) {
+      work.item = p.items[ticket % p.items_per_unit];
+      work.unit = dash_unit_coords_from(p.gqa_mode, p.heads_q, p.heads_kv, p.group_size, p.group_head_by_rank,
+                                        ticket / p.items_per_unit);
+      work.segments = p.segments;
+      work.visits = p.visits;
+      work.gqa_mode = p.gqa_mode;
+      work.split_dkv = p.split_dkv;
+      work.seqlen_q = p.mask.seqlen_q;
+      work.seqlen_k = p.mask.seqlen_k;
+      work.q_row = work.k_row = work.q_tile_begin = work.kv_tile_begin = 0;
+      return true;
+    }
+    // Varlen: the sequence owning the ticket, then its template's item as for a batch-1 problem.
+    const dash_pack_sequence& seq = p.sequences[pack_position<&dash_pack_sequence::ticket_begin>(
+        p.sequences, p.ticket_chunks, p.num_sequences, ticket)];
+    const kernels::bwd::BwdTemplate& t = p.templates[seq.template_index];
+    const int local = ticket - seq.ticket_begin;
+    work.item = t.items[local % t.items_per_unit];
+    work.unit = dash_unit_coords_from(t.gqa_mode, p.heads_q, p.heads_kv, p.group_size, t.group_head_by_rank,
+                                      local / t.items_per_unit);
+    work.segments = t.segments;
+    work.visits = t.visits;
+    work.gqa_mode = t.gqa_mode;
+    work.split_dkv = t.split_dkv;
+    work.seqlen_q = seq.seqlen_q;
+    work.seqlen_k = seq.seqlen_k;
+    work.q_row = seq.q_row;
+    work.k_row = seq.k_row;
+    work.q_tile_begin = seq.q_tile_begin;
+    work.kv_tile_begin = seq.kv_tile_begin;
     return true;
   }
 
   // The item's i-th segment (a KV tile) and a segment's i-th visit (a Q tile), in the plan's order. A visit's
   // index in the unit's visit table identifies it in the order log.
   __device__ __forceinline__ dash_segment segment(const TicketWork& work, int i) const {
-    return p.segments[work.item.first_segment + i];
+    return work.segments[work.item.first_segment + i];
   }
   __device__ __forceinline__ int visit_index(const dash_segment& segment, int i) const {
     return segment.first_visit + i;
   }
-  __device__ __forceinline__ dash_visit visit(int index) const { return p.visits[index]; }
+  __device__ __forceinline__ dash_visit visit(const TicketWork& work, int index) const { return work.visits[index]; }
   // The query head of a visit: the unit's own, or (packed GQA) the visit's head within its KV head's group.
   __device__ __forceinline__ int head_of(const TicketWork& work, const dash_visit& visit) const {
-    return p.gqa_mode == DASH_GQA_PACK_GROUP ? work.unit.head_kv * p.group_size + visit.head_in_unit
-                                             : work.unit.head_q;
+    return work.gqa_mode == DASH_GQA_PACK_GROUP ? work.unit.head_kv * p.group_size + visit.head_in_unit
+                                                : work.unit.head_q;
+  }
+  // The dQ accumulator (and its turn counter, LSE2 / delta rows) of a visit: (batch, query head, Q tile), over
+  // global Q tiles in a varlen pack.
+  __device__ __forceinline__ int accumulator(const TicketWork& work, int head, int q_tile) const {
+    return (work.unit.batch * p.heads_q + head) * p.num_q_tiles + work.q_tile_begin + q_tile;
   }
 
   // The turn counters: one per dQ accumulator (batch, query head, Q tile) and, for split-head GQA, one per
-  // (batch, KV head, KV tile) for the group's dK/dV adds. Zeroed before every launch.
+  // (batch, KV head, KV tile) for the group's dK/dV adds (kv_tile global in a varlen pack). Zeroed before every
+  // launch.
   __device__ __forceinline__ int32_t* dq_turn(int64_t accumulator) const { return p.dq_counters + accumulator; }
   __device__ __forceinline__ int32_t* dkv_turn(int b, int head_kv, int kv_tile) const {
     return p.dkv_counters + (int64_t(b) * p.heads_kv + head_kv) * p.num_kv_tiles + kv_tile;

@@ -12,6 +12,7 @@
 #include "bwd/bwd_params.h"
 #include "hopper/bwd/bwd_dq_handoff.cuh"  // swz_f32: the accumulator tiles' layout
 #include "hopper/ptx.cuh"                 // pack_pair
+#include "dash/plan_format.h"
 
 namespace dash::hopper::bwd {
 
@@ -32,6 +33,23 @@ struct RowSlices {
         first(int(threadIdx.x) % kThreadsPerRow * 8) {}
 };
 
+// Where padded row `row` of the per-tile arrays lies: in a varlen pack the arrays run over global tiles (row / kRows
+// is a global tile of the sequence q_tile_sequence / kv_tile_sequence names), in a fixed-length batch over the
+// batch entry's tiles. `local` is the row within its sequence (>= length: padding), `first` the sequence's first
+// packed row (0 for fixed length), `seq` its record (varlen only).
+struct SequenceRow {
+  int local, length, first;
+  const dash_pack_sequence* seq;
+};
+template <int kRows>
+__device__ __forceinline__ SequenceRow sequence_row(const int32_t* tile_sequence, const dash_pack_sequence* sequences,
+                                                    int row, int fixed_length, bool of_keys) {
+  if (sequences == nullptr) return {row, fixed_length, 0, nullptr};
+  const dash_pack_sequence* seq = &sequences[tile_sequence[row / kRows]];
+  const int tile_begin = of_keys ? seq->kv_tile_begin : seq->q_tile_begin;
+  return {row - tile_begin * kRows, of_keys ? seq->seqlen_k : seq->seqlen_q, of_keys ? seq->k_row : seq->q_row, seq};
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Preprocess: delta and base-2 LSE per (batch, head, padded row); in non-deterministic mode also the zeros the
 // dQ accumulators start from (the main kernel's adds are unordered there; deterministic mode stores each
@@ -43,10 +61,11 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
   constexpr int kThreadsPerRow = RowSlices<kHeadDim>::kThreadsPerRow;
   const RowSlices<kHeadDim> slice;
   const int padded_rows = p.num_q_tiles * kBlockM;
-  const int bh = blockIdx.y;  // batch * heads_q + head
+  const int bh = blockIdx.y;  // batch * heads_q + head (varlen: the head, batch = 1)
   // Every thread of a row leaves here or below together (the row's shuffles name only its own lanes).
   if (slice.row >= padded_rows) return;
   const size_t out = size_t(bh) * padded_rows + slice.row;
+  const SequenceRow at = sequence_row<kBlockM>(p.q_tile_sequence, p.sequences, slice.row, p.mask.seqlen_q, false);
   if (!p.deterministic) {
     // The accumulator of (bh, q_tile) holds kBlockM rows of kHeadDim floats (swizzled inside the row's 16-byte
     // chunks' order only), so padded row r's floats are the kHeadDim starting at out * kHeadDim.
@@ -54,7 +73,7 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
     acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
     acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  if (slice.row >= p.mask.seqlen_q) {
+  if (at.local >= at.length) {
     if (slice.first == 0) {
       p.delta[out] = 0.f;
       p.lse_log2[out] = __int_as_float(0x7f800000);  // +inf: P = exp2(s - inf) = 0 on padding rows
@@ -64,7 +83,8 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
   const int b = bh / p.heads_q, h = bh % p.heads_q;
   auto row_slice = [&](dash_tensor const& t) {  // the thread's 8 elements (16-byte aligned: tensor_checks.cpp)
     return *reinterpret_cast<const uint4*>(static_cast<const Element*>(t.data) + b * t.batch_stride +
-                                           int64_t(slice.row) * t.seq_stride + h * t.head_stride + slice.first);
+                                           int64_t(at.first + at.local) * t.seq_stride + h * t.head_stride +
+                                           slice.first);
   };
   const uint4 o_bits = row_slice(p.o), dout_bits = row_slice(p.dout);
   const Element* o = reinterpret_cast<const Element*>(&o_bits);
@@ -79,7 +99,8 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
 #pragma unroll
   for (int off = kThreadsPerRow / 2; off > 0; off /= 2) sum += __shfl_xor_sync(row_lanes, sum, off);
   if (slice.first == 0) {
-    const float lse = p.lse[size_t(bh) * p.mask.seqlen_q + slice.row];
+    const float lse = p.lse[p.sequences != nullptr ? size_t(h) * p.total_q + at.first + at.local
+                                                   : size_t(bh) * p.mask.seqlen_q + slice.row];
     p.delta[out] = sum;
     // A row that sees no key has LSE = -inf: +inf here makes its P (and so dS, dQ, and its dK/dV share) 0.
     p.lse_log2[out] = (lse == -__int_as_float(0x7f800000)) ? __int_as_float(0x7f800000) : lse * 1.4426950408889634f;
@@ -96,8 +117,9 @@ __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
   constexpr int kBlockN = BwdTiles<kHeadDim>::kBlockN;
   const RowSlices<kHeadDim> slice;
   const int bh = blockIdx.y;
+  SequenceRow at{};  // the output row: (first + local) of batch entry b
   auto store = [&](dash_tensor const& t, int b, int h, float4 lo, float4 hi, float scale) {
-    Element* dst = static_cast<Element*>(t.data) + b * t.batch_stride + int64_t(slice.row) * t.seq_stride +
+    Element* dst = static_cast<Element*>(t.data) + b * t.batch_stride + int64_t(at.first + at.local) * t.seq_stride +
                    h * t.head_stride + slice.first;
     *reinterpret_cast<uint4*>(dst) = make_uint4(pack_pair<Element>(lo.x * scale, lo.y * scale),
                                                 pack_pair<Element>(lo.z * scale, lo.w * scale),
@@ -105,23 +127,52 @@ __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
                                                 pack_pair<Element>(hi.z * scale, hi.w * scale));
   };
   if (blockIdx.z == 0) {
-    if (slice.row >= p.mask.seqlen_q) return;
+    // Rows of the fixed-length batch entry, or (varlen) padded rows of global Q tiles.
+    if (slice.row >= (p.sequences != nullptr ? p.num_q_tiles * kBlockM : p.mask.seqlen_q)) return;
+    at = sequence_row<kBlockM>(p.q_tile_sequence, p.sequences, slice.row, p.mask.seqlen_q, false);
+    if (at.local >= at.length) return;
     const int b = bh / p.heads_q, h = bh % p.heads_q;
-    const int q_tile = slice.row / kBlockM;
-    const int head_in_unit = p.gqa_mode == DASH_GQA_PACK_GROUP ? h % p.group_size : 0;
+    const int q_tile = at.local / kBlockM;  // the sequence's own tile: its template's dq_count entry
+    const uint16_t* dq_count = p.dq_count;
+    int gqa_mode = p.gqa_mode, num_q_tiles = p.num_q_tiles;
+    if (at.seq != nullptr) {
+      // A sequence without keys has no template: its dQ is 0.
+      dq_count = nullptr;
+      if (at.seq->template_index >= 0) {
+        const kernels::bwd::BwdTemplate& t = p.templates[at.seq->template_index];
+        dq_count = t.dq_count;
+        gqa_mode = t.gqa_mode;
+        num_q_tiles = t.num_q_tiles;
+      }
+    }
+    const int head_in_unit = gqa_mode == DASH_GQA_PACK_GROUP ? h % p.group_size : 0;
     float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
     // A Q tile with no contribution was never written (deterministic mode stores its first partial).
-    if (p.dq_count[head_in_unit * p.num_q_tiles + q_tile] != 0) {
+    if (dq_count != nullptr && dq_count[head_in_unit * num_q_tiles + q_tile] != 0) {
       // The tile is in the staging layout (store_warp_loop copies it as one flat range); each 4-float chunk
       // stays contiguous under the swizzle.
-      const float* tile = p.dq_accum + (int64_t(bh) * p.num_q_tiles + q_tile) * (kBlockM * kHeadDim);
+      const float* tile = p.dq_accum + (int64_t(bh) * p.num_q_tiles + slice.row / kBlockM) * (kBlockM * kHeadDim);
       lo = *reinterpret_cast<const float4*>(tile + swz_f32<kHeadDim>(slice.row % kBlockM, slice.first));
       hi = *reinterpret_cast<const float4*>(tile + swz_f32<kHeadDim>(slice.row % kBlockM, slice.first + 4));
     }
     store(p.dq, b, h, lo, hi, p.softmax_scale);
   } else {
-    if (bh >= p.batch * p.heads_kv || slice.row >= p.mask.seqlen_k) return;
+    if (bh >= p.batch * p.heads_kv) return;
+    if (slice.row >= (p.sequences != nullptr ? p.num_kv_tiles * kBlockN : p.mask.seqlen_k)) return;
+    at = sequence_row<kBlockN>(p.kv_tile_sequence, p.sequences, slice.row, p.mask.seqlen_k, true);
+    if (at.local >= at.length) return;
     const int b = bh / p.heads_kv, hk = bh % p.heads_kv;
+    if (at.seq != nullptr) {
+      // Varlen: this slice runs for every sequence. One without queries has no template and gets dK = dV = 0; one
+      // whose template keeps dK / dV in registers had them stored by the main kernel.
+      if (at.seq->template_index < 0) {
+        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+        store(p.dk, b, hk, zero, zero, 1.f);
+        store(p.dv, b, hk, zero, zero, 1.f);
+        return;
+      }
+      if (!p.templates[at.seq->template_index].split_dkv) return;
+    }
     const int64_t src = (int64_t(bh) * (int64_t(p.num_kv_tiles) * kBlockN) + slice.row) * kHeadDim + slice.first;
     // Already times softmax_scale.
     store(p.dk, b, hk, *reinterpret_cast<const float4*>(p.dk_accum + src),

@@ -20,6 +20,7 @@
 
 #include "dash/attention_mask.hpp"
 #include "dash/kernel_table.hpp"
+#include "dash/plan_format.h"
 #include "hopper/sync.cuh"           // launch_register_pool
 #include "hopper/warpgroup_mma.cuh"  // k_major_smem_atom
 
@@ -110,6 +111,15 @@ struct FwdConfig {
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
 };
 
+// One work tile: a Q tile of one (sequence, query head), with the sequence's lengths and first rows (0 for
+// fixed-length batches, whose tensors address the batch entry instead). index >= num_work_tiles: no more work.
+struct FwdTile {
+  int32_t index;
+  int32_t m_block, head_q, batch;
+  int32_t seqlen_q, seqlen_k;
+  int32_t q_row, k_row;
+};
+
 // Kernel parameters: TMA descriptors (they must live in the kernel's parameter space, hence
 // __grid_constant__), the problem sizes, the softmax scales and the work-tile counter.
 template <class Config>
@@ -120,8 +130,8 @@ struct FwdParams {
   typename Config::TmaStoreO tma_o;
   typename Config::GmemShape shape_q;   // also O's shape
   typename Config::GmemShape shape_kv;
-  float* lse;                           // [batch, heads_q, seqlen_q]
-  AttentionMask mask;                   // which keys each query row sees; the sequence lengths
+  float* lse;                           // [batch, heads_q, seqlen_q]; varlen: [heads_q, total_q]
+  AttentionMask mask;                   // which keys each query row sees; the sequence lengths (varlen: the longest)
   int32_t heads_q;
   int32_t group_size;                   // heads_q / heads_kv
   int32_t num_m_blocks;
@@ -129,6 +139,12 @@ struct FwdParams {
   int32_t* tile_counter;                // in the caller's workspace, zeroed before the launch: fwd_next_tile
   float softmax_scale;                  // natural-log units (for LSE)
   float scale_log2;                     // softmax_scale * log2(e): scores go through exp2
+  // Varlen (hopper/varlen.cuh): the pack's sequences in processing order and the work tiles' chunk table; null for
+  // fixed-length batches. The TMA descriptors are then ragged (boxes bounded at each sequence's end).
+  const dash_pack_sequence* sequences;
+  const int32_t* tile_chunks;
+  int32_t num_sequences;
+  int32_t total_q;                      // rows of q / o: the LSE's row stride per head
 };
 
 // Shared-memory map. Tiles first, each 1024-byte aligned as the 128-byte swizzle requires; then mbarriers.
@@ -145,7 +161,8 @@ struct FwdSharedStorage {
   alignas(8) uint64_t k_empty[Config::kStages];  // every consumer warp is done reading the K stage
   alignas(8) uint64_t v_full[Config::kStages];
   alignas(8) uint64_t v_empty[Config::kStages];
-  int32_t tile_index;                            // the work tile the producer announced with q_full
+  FwdTile tile[2];     // the work tile announced with q_full, in slot (its q_full phase): see fwd_produce
+  FwdTile tile_ahead;  // the producer's next tile, decoded ahead
 };
 
 template <class Config>

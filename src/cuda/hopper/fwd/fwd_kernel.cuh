@@ -35,6 +35,7 @@
 #include "hopper/fwd/fwd_config.cuh"
 #include "hopper/fwd/fwd_softmax.cuh"
 #include "hopper/sync.cuh"
+#include "hopper/varlen.cuh"
 #include "hopper/warpgroup_mma.cuh"
 
 namespace dash::hopper::fwd {
@@ -43,12 +44,6 @@ namespace dash::hopper::fwd {
 enum FwdNamedBarrier : uint32_t {
   kBarrierTurnWarpgroup0 = 1,      // + w: consumer warpgroup w may issue its GEMMs (up to 3 ids)
   kBarrierEpilogueWarpgroup0 = 4,  // + w: warpgroup w's epilogue: its O buffer is free, then written (up to 3 ids)
-};
-
-struct FwdTile {
-  int m_block;
-  int head_q;
-  int batch;
 };
 
 // The KV tiles one Q tile visits: n in [begin, end), in decreasing order. A tile needs the mask when some row of
@@ -64,19 +59,36 @@ struct KvTileRange {
 
 // Work-tile index -> (Q tile, head, batch): Q tiles fastest, so the CTAs running at one time share the K and
 // V of one or two heads in L2. Causal: Q tiles in decreasing order, the ones that see the most keys first, so
-// that the short tiles at the end of each head fill the gaps (taken dynamically, see fwd_next_tile).
-template <class Config>
+// that the short tiles at the end of each head fill the gaps (taken dynamically, see fwd_next_tile). A varlen
+// pack lists its sequences longest first, each with its heads' Q tiles in the same order.
+template <bool kVarlen, class Config>
 __device__ __forceinline__ FwdTile fwd_tile_at(FwdParams<Config> const& params, int index) {
-  int const m = index % params.num_m_blocks;
-  int const rest = index / params.num_m_blocks;
-  return {params.mask.causal() ? params.num_m_blocks - 1 - m : m, rest % params.heads_q, rest / params.heads_q};
+  FwdTile tile{index, 0, 0, 0, params.mask.seqlen_q, params.mask.seqlen_k, 0, 0};
+  if (index >= params.num_work_tiles) return tile;
+  int m_blocks = params.num_m_blocks, local = index;
+  if constexpr (kVarlen) {
+    dash_pack_sequence const& seq = params.sequences[pack_position<&dash_pack_sequence::fwd_tile_begin>(
+        params.sequences, params.tile_chunks, params.num_sequences, index)];
+    m_blocks = (seq.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+    local = index - seq.fwd_tile_begin;
+    tile.batch = seq.sequence;
+    tile.seqlen_q = seq.seqlen_q;
+    tile.seqlen_k = seq.seqlen_k;
+    tile.q_row = seq.q_row;
+    tile.k_row = seq.k_row;
+  }
+  int const m = local % m_blocks;
+  int const rest = local / m_blocks;
+  tile.m_block = params.mask.causal() ? m_blocks - 1 - m : m;
+  tile.head_q = kVarlen ? rest : rest % params.heads_q;
+  if constexpr (!kVarlen) tile.batch = rest / params.heads_q;
+  return tile;
 }
 
 template <class Config>
-__device__ __forceinline__ KvTileRange kv_tile_range(FwdParams<Config> const& params, int m_block) {
+__device__ __forceinline__ KvTileRange kv_tile_range(AttentionMask const& mask, int m_block) {
   constexpr int kBlockM = Config::kBlockM;
   constexpr int kBlockN = Config::kBlockN;
-  AttentionMask const& mask = params.mask;
   // A row's band [key_begin, key_end) moves right with the row: the tile's first real row has the leftmost
   // begin and end, its last real row the rightmost.
   int const first_row = m_block * kBlockM;
@@ -104,7 +116,7 @@ __device__ __forceinline__ int fwd_next_tile(int32_t* tile_counter) {
 // ------------------------------------------------------------------------------------------------------------
 // Producer: a single thread, all work tiles of the CTA.
 // ------------------------------------------------------------------------------------------------------------
-template <class Config>
+template <bool kVarlen, class Config>
 __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Config>& smem) {
   using namespace cute;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
@@ -116,58 +128,71 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Config::SmemLayoutKV{});  // (.., .., stage)
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Config::SmemLayoutKV{});
 
+  constexpr bool varlen = kVarlen;
   PipelineState<Config::kStages> stage;  // runs on across work tiles
   uint32_t q_phase = 0;                  // flips with every tile announced
-  for (int index = blockIdx.x;;) {
-    // Q (and the tile index beside it) are overwritten only after every consumer warp finished the previous
-    // tile's last S GEMM and read its index (on the first tile the wait returns at once: a fresh mbarrier
+  // The next tile to announce, decoded ahead (below). Kept in shared memory, and the current tile read back from
+  // its announced slot where used: the producer has 24 registers.
+  smem.tile_ahead = fwd_tile_at<kVarlen>(params, blockIdx.x);
+  for (;;) {
+    // Q (and the tile record beside it) are overwritten only after every consumer warp finished the previous
+    // tile's last S GEMM and read its record (on the first tile the wait returns at once: a fresh mbarrier
     // counts its phase before 0 as completed).
     mbarrier_wait(&smem.q_empty, q_phase ^ 1u);
     q_phase ^= 1u;
-    // Announce the tile. Its index is visible to every consumer that completes the q_full phase: the arrival
-    // below releases this write. An index past the end tells the consumers to stop.
-    smem.tile_index = index;
-    if (index >= params.num_work_tiles) {
+    // Announce the tile. Its record is visible to every consumer that completes the q_full phase: the arrival
+    // below releases this write. An index past the end tells the consumers to stop. The record goes to the slot
+    // of the tile before last: the wait above (the consumers' release of the previous tile) comes after they
+    // finished that tile, epilogue included, so no consumer still reads the slot.
+    smem.tile[q_phase ^ 1u] = smem.tile_ahead;  // slot = the phase the consumers wait on
+    FwdTile volatile const& tile = smem.tile[q_phase ^ 1u];
+    if (tile.index >= params.num_work_tiles) {
       mbarrier_arrive(&smem.q_full);
       break;
     }
     int const next = fwd_next_tile(params.tile_counter);
-    FwdTile const tile = fwd_tile_at(params, index);
-    KvTileRange const range = kv_tile_range(params, tile.m_block);
-    index = next;
+    AttentionMask const mask = params.mask.for_lengths(tile.seqlen_q, tile.seqlen_k);
+    KvTileRange const range = kv_tile_range<Config>(mask, tile.m_block);
     if (range.count() == 0) {  // the consumers write O = 0, LSE = -inf: no data to load
       mbarrier_arrive(&smem.q_full);
+      smem.tile_ahead = fwd_tile_at<kVarlen>(params, next);
       continue;
     }
 
     int const head_kv = tile.head_q / params.group_size;
-    Tensor gQ = local_tile(mQ(_, _, tile.head_q, tile.batch), Shape<Int<kBlockM>, Int<kHeadDim>>{},
-                           make_coord(tile.m_block, _0{}));  // (kBlockM, kHeadDim)
-    Tensor gK = local_tile(mK(_, _, head_kv, tile.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{},
-                           make_coord(_, _0{}));  // (kBlockN, kHeadDim, n)
-    Tensor gV = local_tile(mV(_, _, head_kv, tile.batch), Shape<Int<kBlockN>, Int<kHeadDim>>{},
-                           make_coord(_, _0{}));
+    BoxRows const q_box = box_rows<kBlockM>(varlen, tile.batch, tile.q_row, tile.m_block * kBlockM, tile.seqlen_q);
+    Tensor gQ = local_tile(domain_offset(make_coord(q_box.inner, _0{}), mQ(_, _, tile.head_q, q_box.outer)),
+                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));  // (kBlockM, kHeadDim)
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                       group_modes<0, 2>(gQ));
-    auto [tKgK, tKsK] = tma_partition(params.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(gK));
-    auto [tVgV, tVsV] = tma_partition(params.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                      group_modes<0, 2>(gV));
+    // The KV tile n of this sequence: rows past seqlen_k are zero-filled (and masked by the consumers).
+    auto kv_tile = [&](auto const& mT, int n) {
+      BoxRows const box = box_rows<kBlockN>(varlen, tile.batch, tile.k_row, n * kBlockN, tile.seqlen_k);
+      return local_tile(domain_offset(make_coord(box.inner, _0{}), mT(_, _, head_kv, box.outer)),
+                        Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
+    };
 
     // The full barrier completes when the arrival (this thread) and the expected bytes (the TMA) are both in.
     mbarrier_arrive_expect_tx(&smem.q_full, Config::kQTileBytes);
     copy(params.tma_q.with(smem.q_full), tQgQ, tQsQ);
 
     for (int n = range.end - 1; n >= range.begin; --n) {
+      auto [tKgK, tKsK] = tma_partition(params.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                        group_modes<0, 2>(kv_tile(mK, n)));
+      auto [tVgV, tVsV] = tma_partition(params.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                        group_modes<0, 2>(kv_tile(mV, n)));
       // Reuse a K buffer only after all consumer warps released it (their S GEMM reading it completed).
       mbarrier_wait(&smem.k_empty[stage.index], stage.phase ^ 1u);
       mbarrier_arrive_expect_tx(&smem.k_full[stage.index], Config::kKVTileBytes);
-      copy(params.tma_k.with(smem.k_full[stage.index]), tKgK(_, n), tKsK(_, stage.index));
+      copy(params.tma_k.with(smem.k_full[stage.index]), tKgK, tKsK(_, stage.index));
       // Likewise V, released after the O += P V GEMM that read it completed.
       mbarrier_wait(&smem.v_empty[stage.index], stage.phase ^ 1u);
       mbarrier_arrive_expect_tx(&smem.v_full[stage.index], Config::kKVTileBytes);
-      copy(params.tma_v.with(smem.v_full[stage.index]), tVgV(_, n), tVsV(_, stage.index));
+      copy(params.tma_v.with(smem.v_full[stage.index]), tVgV, tVsV(_, stage.index));
       stage.advance();
+      // The next tile is decoded once this one's first K/V loads are out: a varlen look-up reads global memory,
+      // and here its latency hides behind the loads in flight instead of delaying them.
+      if (n == range.end - 1) smem.tile_ahead = fwd_tile_at<kVarlen>(params, next);
     }
   }
 }
@@ -175,7 +200,7 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
 // ------------------------------------------------------------------------------------------------------------
 // Consumers: 128 threads per warpgroup, `warpgroup` 0.. (rows 64 * warpgroup ..), `thread` numbered among consumers.
 // ------------------------------------------------------------------------------------------------------------
-template <class Config>
+template <bool kVarlen, class Config>
 __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Config>& smem, int warpgroup,
                             int thread) {
   using namespace cute;
@@ -243,16 +268,33 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     // cannot hang: the producer announces every tile it takes and then one index past the end, and it waits
     // only for the consumers' releases of earlier tiles, which every path below gives.
     mbarrier_wait(&smem.q_full, q_phase);
-    q_phase ^= 1u;
-    // Only the lane that later releases q_empty for its warp reads the index (then passes it on): its own
-    // release orders the read before the producer's next write.
-    int const index = __shfl_sync(0xffffffffu, lane_leader ? smem.tile_index : 0, 0);
-    if (index >= params.num_work_tiles) break;
-    FwdTile const tile = fwd_tile_at(params, index);
-    KvTileRange const range = kv_tile_range(params, tile.m_block);
+    // Fixed length: only the lane that later releases q_empty for its warp reads the index (then passes it on;
+    // its own release orders the read before the producer's next write), and the tile follows from the index by
+    // arithmetic. Varlen: the record stays in its slot until this warp has released the NEXT tile (see the
+    // producer), i.e. for the whole of this tile, so it is read where used instead of held in registers (three
+    // warpgroups have 160 each); every read precedes, through the warpgroup's named barriers, the release by its
+    // warp's leader that lets the producer rewrite the slot.
+    FwdTile fixed_tile;
+    if constexpr (!kVarlen) {
+      fixed_tile = fwd_tile_at<false>(params, __shfl_sync(0xffffffffu, lane_leader ? smem.tile[q_phase].index : 0, 0));
+    }
+    FwdTile const& tile = kVarlen ? smem.tile[q_phase] : fixed_tile;
+    if (tile.index >= params.num_work_tiles) break;
+    // The sequence's mask: the kernel parameter itself at fixed length (read in place: a copy made ptxas hoist its
+    // fields into registers and spill), rebuilt where used in a varlen pack rather than held.
+    KvTileRange range;
+    if constexpr (kVarlen) {
+      range = kv_tile_range<Config>(params.mask.for_lengths(tile.seqlen_q, tile.seqlen_k), tile.m_block);
+    } else {
+      range = kv_tile_range<Config>(params.mask, tile.m_block);
+    }
     int const row_base = tile.m_block * kBlockM;
     auto mask_tile = [&](int n) {
-      apply_mask(scores, score_coords, row_base, n * kBlockN, params.mask);
+      if constexpr (kVarlen) {
+        apply_mask(scores, score_coords, row_base, n * kBlockN, params.mask.for_lengths(tile.seqlen_q, tile.seqlen_k));
+      } else {
+        apply_mask(scores, score_coords, row_base, n * kBlockN, params.mask);
+      }
     };
     OnlineSoftmax<kRows, Config::kExp2PolyEvery> softmax(params.scale_log2);
     float o_rescale[kRows];
@@ -313,11 +355,13 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     softmax.finalize(params.softmax_scale, inv_sum, lse);
     scale_rows(output, inv_sum);
     if (get<1>(output_coords(0, 0)) == 0) {  // the lane of each quad that holds column 0 writes the row's LSE
-      float* lse_head = params.lse + (int64_t(tile.batch) * params.heads_q + tile.head_q) * params.mask.seqlen_q;
+      float* lse_head = params.lse + (kVarlen
+                                          ? int64_t(tile.head_q) * params.total_q + tile.q_row
+                                          : (int64_t(tile.batch) * params.heads_q + tile.head_q) * tile.seqlen_q);
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         int const row = row_base + get<0>(output_coords(r, 0));
-        if (row < params.mask.seqlen_q) lse_head[row] = lse[r];
+        if (row < tile.seqlen_q) lse_head[row] = lse[r];
       }
     }
     Tensor rO = make_tensor<Element>(tOrO.layout());
@@ -332,20 +376,26 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     cutlass::arch::fence_view_async_shared();
     named_barrier_sync(kBarrierEpilogueWarpgroup0 + warpgroup, 128);
     if (store_leader) {
-      Tensor gO = local_tile(mO(_, _, tile.head_q, tile.batch),
-                             Shape<Int<Config::kRowsPerWarpgroup>, Int<kHeadDim>>{},
-                             make_coord(tile.m_block * Config::kConsumerWarpgroups + warpgroup, _0{}));
+      // Rows past the sequence's end lie outside the box's bounds: the TMA store drops them.
+      constexpr int kRowsO = Config::kRowsPerWarpgroup;
+      BoxRows const box = box_rows<kRowsO>(kVarlen, tile.batch, tile.q_row,
+                                           row_base + warpgroup * kRowsO, tile.seqlen_q);
+      Tensor gO = local_tile(domain_offset(make_coord(box.inner, _0{}), mO(_, _, tile.head_q, box.outer)),
+                             Shape<Int<kRowsO>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
       auto [tOgO, tOsO] = tma_partition(params.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO),
                                         group_modes<0, 2>(gO));
       copy(params.tma_o, tOsO, tOgO);
       tma_store_arrive();
     }
+    q_phase ^= 1u;
   }
   // The CTA may exit right after: keep its shared memory alive until the last TMA store has read it.
   if (store_leader) tma_store_wait<0>();
 }
 
-template <class Config>
+// kVarlen: a packed varlen batch (params.sequences set). A template parameter because the fixed-length kernel at
+// three warpgroups has no register to spare for a per-tile sequence record (it spilled with one).
+template <class Config, bool kVarlen>
 __global__ void __launch_bounds__(Config::kThreads, 1)
     forward_kernel(CUTE_GRID_CONSTANT FwdParams<Config> const params) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -377,11 +427,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
       cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
       cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
-      fwd_produce(params, smem);
+      fwd_produce<kVarlen>(params, smem);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Config::kConsumerRegisters>();
-    fwd_consume(params, smem, warpgroup - 1, int(threadIdx.x) - 128);
+    fwd_consume<kVarlen>(params, smem, warpgroup - 1, int(threadIdx.x) - 128);
   }
 }
 

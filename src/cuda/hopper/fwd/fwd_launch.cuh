@@ -34,13 +34,21 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
   dash_fwd_args const& a = launch.args;
   dash_problem const& pr = a.problem;
 
-  auto gQ = tma::make_gmem_tensor<Config>(a.q, pr.seqlen_q, pr.heads_q, pr.batch);
-  auto gK = tma::make_gmem_tensor<Config>(a.k, pr.seqlen_k, pr.heads_kv, pr.batch);
-  auto gV = tma::make_gmem_tensor<Config>(a.v, pr.seqlen_k, pr.heads_kv, pr.batch);
-  auto gO = tma::make_gmem_tensor<Config>(a.o, pr.seqlen_q, pr.heads_q, pr.batch);
+  kernels::VarlenLaunch const& pack = launch.varlen;
+  bool const varlen = pack.sequences != nullptr;
+  // Fixed length: (seqlen, head dim, heads, batch). Varlen: ragged views (hopper/varlen.cuh), one per box height.
+  auto gQ = varlen ? tma::make_ragged_gmem_tensor<Config, Config::kBlockM>(a.q, pack.total_q, pr.heads_q)
+                   : tma::make_gmem_tensor<Config>(a.q, pr.seqlen_q, pr.heads_q, pr.batch);
+  auto gK = varlen ? tma::make_ragged_gmem_tensor<Config, Config::kBlockN>(a.k, pack.total_k, pr.heads_kv)
+                   : tma::make_gmem_tensor<Config>(a.k, pr.seqlen_k, pr.heads_kv, pr.batch);
+  auto gV = varlen ? tma::make_ragged_gmem_tensor<Config, Config::kBlockN>(a.v, pack.total_k, pr.heads_kv)
+                   : tma::make_gmem_tensor<Config>(a.v, pr.seqlen_k, pr.heads_kv, pr.batch);
+  auto gO = varlen ? tma::make_ragged_gmem_tensor<Config, Config::kRowsPerWarpgroup>(a.o, pack.total_q, pr.heads_q)
+                   : tma::make_gmem_tensor<Config>(a.o, pr.seqlen_q, pr.heads_q, pr.batch);
 
   int const num_m_blocks = (pr.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
-  int64_t const num_tiles = int64_t(num_m_blocks) * pr.heads_q * pr.batch;
+  int64_t const num_tiles = varlen ? int64_t(pack.num_tiles) : int64_t(num_m_blocks) * pr.heads_q * pr.batch;
+  if (num_tiles == 0) return DASH_OK;  // a pack of empty query sequences: nothing to compute
   // Half the int32 range: fwd_next_tile's indices run past the last tile by up to the grid size (the limit
   // dash_check_problem states, checked here again because this file is what depends on it).
   if (num_tiles > int64_t(INT32_MAX / 2)) {
@@ -69,6 +77,10 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
       static_cast<int32_t*>(launch.workspace),
       a.softmax_scale,
       float(double(a.softmax_scale) * 1.4426950408889634),  // log2(e)
+      pack.sequences,
+      pack.tile_chunks,
+      pack.num_sequences,
+      pack.total_q,
   };
 
   if (dash_status s = tma::check_descriptors({{"q", params.tma_q.get_tma_descriptor()},
@@ -80,9 +92,15 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
     return s;
   }
 
-  constexpr auto kernel = forward_kernel<Config>;
   constexpr int kSmemBytes = fwd_smem_bytes<Config>();
-  if (dash_status s = opt_in_dynamic_smem<kernel>(device, kSmemBytes, "forward kernel", error); s != DASH_OK) return s;
+  auto const kernel = varlen ? forward_kernel<Config, true> : forward_kernel<Config, false>;
+  if (dash_status s = varlen ? opt_in_dynamic_smem<forward_kernel<Config, true>>(device, kSmemBytes, "forward kernel",
+                                                                                  error)
+                             : opt_in_dynamic_smem<forward_kernel<Config, false>>(device, kSmemBytes, "forward kernel",
+                                                                                   error);
+      s != DASH_OK) {
+    return s;
+  }
   // The tile counter starts at 0 on the stream, so every launch (and every replay of a captured graph) hands out
   // its own tiles.
   status = cudaMemsetAsync(launch.workspace, 0, sizeof(int32_t), launch.stream);

@@ -1,0 +1,485 @@
+// SPDX-License-Identifier: Apache-2.0
+// test_varlen.cpp — packed variable-length sequences on the GPU (dash_fwd_varlen, dash_plan_create_varlen, dash_bwd
+// on a varlen plan) against a float64 reference computed per sequence: forward O / LSE and backward dQ / dK / dV for
+// awkward length mixes (0, 1, 2, 127, 129, seqlen_q != seqlen_k, a sequence without keys, one without queries),
+// full / causal / window masks, GQA split and packed, head dims 64 and 128; bitwise repeats for every schedule; pack
+// invariance (a sequence's bits alone equal its bits in a permuted pack with neighbours, even when the neighbours
+// hold NaN); the non-deterministic mode within tolerance. Skips, saying so, without a CUDA device.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include "dash/attention_mask.hpp"
+#include "dash/dash_attn.h"
+
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: varlen GPU test skipped"
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct PackCase {
+  std::string name;
+  std::vector<int> seqlens_q, seqlens_k;
+  int heads_q, heads_kv, head_dim;
+  dash_mask_kind mask;
+  int window_left = -1, window_right = -1;
+};
+
+std::vector<int32_t> cumulative(const std::vector<int>& lengths) {
+  std::vector<int32_t> cu(lengths.size() + 1, 0);
+  for (size_t i = 0; i < lengths.size(); ++i) cu[i + 1] = cu[i] + lengths[i];
+  return cu;
+}
+
+// Host data of a pack: bf16 inputs, the float64 reference (its O rounded to bf16 and its LSE, which the backward
+// takes as inputs), and reference gradients.
+struct HostPack {
+  PackCase c;
+  std::vector<int32_t> cu_q, cu_k;
+  float scale;
+  std::vector<uint16_t> q, k, v, dout, o;
+  std::vector<float> lse;  // [heads_q, total_q]
+  std::vector<double> o_ref, dq, dk, dv;
+
+  int total_q() const { return cu_q.back(); }
+  int total_k() const { return cu_k.back(); }
+  size_t qi(int row, int h, int d) const { return (size_t(row) * c.heads_q + h) * c.head_dim + d; }
+  size_t ki(int row, int h, int d) const { return (size_t(row) * c.heads_kv + h) * c.head_dim + d; }
+
+  dash_problem problem() const {
+    dash_problem p{};
+    p.batch = int32_t(c.seqlens_q.size());
+    p.heads_q = c.heads_q;
+    p.heads_kv = c.heads_kv;
+    p.head_dim = c.head_dim;
+    p.mask_kind = c.mask;
+    p.window_left = c.window_left;
+    p.window_right = c.window_right;
+    return p;
+  }
+
+  HostPack(const PackCase& pc, uint32_t seed) : c(pc), cu_q(cumulative(pc.seqlens_q)), cu_k(cumulative(pc.seqlens_k)) {
+    scale = float(1.0 / std::sqrt(double(c.head_dim)));
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    auto fill = [&](std::vector<uint16_t>& t, size_t n) {
+      t.resize(n);
+      for (auto& x : t) x = to_bf16(u(rng));
+    };
+    fill(q, size_t(total_q()) * c.heads_q * c.head_dim);
+    fill(k, size_t(total_k()) * c.heads_kv * c.head_dim);
+    fill(v, size_t(total_k()) * c.heads_kv * c.head_dim);
+    fill(dout, size_t(total_q()) * c.heads_q * c.head_dim);
+    reference();
+  }
+
+  void reference() {
+    const int D = c.head_dim, G = c.heads_q / c.heads_kv;
+    o.assign(q.size(), 0);
+    o_ref.assign(q.size(), 0.0);
+    lse.assign(size_t(c.heads_q) * total_q(), 0.f);
+    dq.assign(q.size(), 0.0);
+    dk.assign(k.size(), 0.0);
+    dv.assign(k.size(), 0.0);
+    for (size_t s = 0; s < c.seqlens_q.size(); ++s) {
+      const int sq = c.seqlens_q[s], sk = c.seqlens_k[s], q0 = cu_q[s], k0 = cu_k[s];
+      dash_problem p = problem();
+      p.batch = 1;
+      p.seqlen_q = sq;
+      p.seqlen_k = sk;
+      const dash::AttentionMask mask = dash::AttentionMask::of(p);
+      std::vector<double> pr(std::max(sk, 1)), dp(std::max(sk, 1));
+      for (int h = 0; h < c.heads_q; ++h) {
+        const int hk = h / G;
+        for (int i = 0; i < sq; ++i) {
+          const int j0 = mask.key_begin(i), j1 = std::min(mask.key_end(i), sk);
+          float& lse_out = lse[size_t(h) * total_q() + q0 + i];
+          if (j1 <= j0) {
+            lse_out = -std::numeric_limits<float>::infinity();
+            continue;
+          }
+          double mx = -std::numeric_limits<double>::infinity();
+          for (int j = j0; j < j1; ++j) {
+            double acc = 0;
+            for (int d = 0; d < D; ++d) acc += double(from_bf16(q[qi(q0 + i, h, d)])) * from_bf16(k[ki(k0 + j, hk, d)]);
+            pr[j] = acc * scale;
+            mx = std::max(mx, pr[j]);
+          }
+          double sum = 0;
+          for (int j = j0; j < j1; ++j) sum += std::exp(pr[j] - mx);
+          lse_out = float(mx + std::log(sum));
+          for (int j = j0; j < j1; ++j) pr[j] = std::exp(pr[j] - double(lse_out));
+          double delta = 0;
+          for (int d = 0; d < D; ++d) {
+            double acc = 0;
+            for (int j = j0; j < j1; ++j) acc += pr[j] * from_bf16(v[ki(k0 + j, hk, d)]);
+            o_ref[qi(q0 + i, h, d)] = acc;
+            o[qi(q0 + i, h, d)] = to_bf16(float(acc));
+            delta += double(from_bf16(o[qi(q0 + i, h, d)])) * from_bf16(dout[qi(q0 + i, h, d)]);
+          }
+          for (int j = j0; j < j1; ++j) {
+            double acc = 0;
+            for (int d = 0; d < D; ++d) acc += double(from_bf16(dout[qi(q0 + i, h, d)])) * from_bf16(v[ki(k0 + j, hk, d)]);
+            dp[j] = acc;
+          }
+          for (int j = j0; j < j1; ++j) {
+            const double ds = pr[j] * (dp[j] - delta);
+            for (int d = 0; d < D; ++d) {
+              dq[qi(q0 + i, h, d)] += scale * ds * from_bf16(k[ki(k0 + j, hk, d)]);
+              dk[ki(k0 + j, hk, d)] += scale * ds * from_bf16(q[qi(q0 + i, h, d)]);
+              dv[ki(k0 + j, hk, d)] += pr[j] * from_bf16(dout[qi(q0 + i, h, d)]);
+            }
+          }
+        }
+      }
+    }
+  }
+};
+
+template <class T>
+T* device_copy(const std::vector<T>& host, size_t at_least = 1) {
+  T* ptr = nullptr;
+  const size_t n = std::max(host.size(), at_least);
+  cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(T));
+  if (!host.empty()) cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return ptr;
+}
+
+template <class T>
+std::vector<T> host_copy(const T* ptr, size_t n) {
+  std::vector<T> out(n);
+  if (n > 0) cudaMemcpy(out.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost);
+  return out;
+}
+
+dash_tensor packed(void* data, int heads, int dim) {
+  return dash_tensor{data, 0, int64_t(heads) * dim, int64_t(dim)};
+}
+
+// One pack on the device: the forward's outputs and, for a schedule, the backward's.
+struct DevicePack {
+  const HostPack& h;
+  dash_pack_t pack = nullptr;
+  dash_plan_t plan = nullptr;
+  uint16_t *q, *k, *v, *dout, *o_ref, *o, *dq, *dk, *dv;
+  float *lse_ref, *lse;
+  void* fwd_ws = nullptr;
+  void* bwd_ws = nullptr;
+  size_t bwd_ws_bytes = 0;
+  dash_problem problem{};
+
+  explicit DevicePack(const HostPack& hp) : h(hp) {
+    q = device_copy(h.q);
+    k = device_copy(h.k);
+    v = device_copy(h.v);
+    dout = device_copy(h.dout);
+    o_ref = device_copy(h.o);
+    lse_ref = device_copy(h.lse);
+    o = device_copy(std::vector<uint16_t>(h.q.size()));
+    lse = device_copy(std::vector<float>(h.lse.size()));
+    dq = device_copy(std::vector<uint16_t>(h.q.size()));
+    dk = device_copy(std::vector<uint16_t>(h.k.size()));
+    dv = device_copy(std::vector<uint16_t>(h.k.size()));
+    cudaMalloc(&fwd_ws, 16);
+  }
+  ~DevicePack() {
+    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)dout, (void*)o_ref, (void*)o, (void*)dq, (void*)dk, (void*)dv,
+                    (void*)lse_ref, (void*)lse, fwd_ws, bwd_ws})
+      cudaFree(p);
+    dash_plan_destroy(plan);
+    dash_pack_destroy(pack);
+  }
+
+  std::string create_pack() {
+    const dash_problem p = h.problem();
+    if (dash_pack_create(&p, h.cu_q.data(), h.cu_k.data(), &pack) != DASH_OK) {
+      return std::string("dash_pack_create: ") + dash_last_error();
+    }
+    if (dash_pack_problem(pack, &problem) != DASH_OK) return std::string("dash_pack_problem: ") + dash_last_error();
+    return "";
+  }
+
+  std::string forward() {
+    dash_fwd_args a{};
+    a.problem = problem;
+    a.dtype = DASH_DTYPE_BF16;
+    a.q = packed(q, h.c.heads_q, h.c.head_dim);
+    a.k = packed(k, h.c.heads_kv, h.c.head_dim);
+    a.v = packed(v, h.c.heads_kv, h.c.head_dim);
+    a.o = packed(o, h.c.heads_q, h.c.head_dim);
+    a.lse = lse;
+    cudaMemset(o, 0xff, h.q.size() * 2);  // NaN: rows the kernel leaves unwritten show
+    if (dash_fwd_varlen(&a, pack, fwd_ws, 16, nullptr) != DASH_OK) return std::string("dash_fwd_varlen: ") + dash_last_error();
+    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return std::string("forward: ") + cudaGetErrorString(e);
+    return "";
+  }
+
+  dash_bwd_args bwd_args() const {
+    dash_bwd_args a{};
+    a.problem = problem;
+    a.dtype = DASH_DTYPE_BF16;
+    a.q = packed(q, h.c.heads_q, h.c.head_dim);
+    a.k = packed(k, h.c.heads_kv, h.c.head_dim);
+    a.v = packed(v, h.c.heads_kv, h.c.head_dim);
+    a.o = packed(o_ref, h.c.heads_q, h.c.head_dim);
+    a.dout = packed(dout, h.c.heads_q, h.c.head_dim);
+    a.dq = packed(dq, h.c.heads_q, h.c.head_dim);
+    a.dk = packed(dk, h.c.heads_kv, h.c.head_dim);
+    a.dv = packed(dv, h.c.heads_kv, h.c.head_dim);
+    a.lse = lse_ref;
+    return a;
+  }
+
+  std::string make_plan(const char* schedule, int gqa_mode) {
+    dash_plan_destroy(plan);
+    plan = nullptr;
+    if (dash_plan_create_varlen(pack, schedule, 0, gqa_mode, &plan) != DASH_OK) {
+      return std::string("dash_plan_create_varlen: ") + dash_last_error();
+    }
+    const dash_bwd_args a = bwd_args();
+    const size_t bytes = dash_bwd_workspace_size(&a, plan);
+    if (bytes == 0) return std::string("dash_bwd_workspace_size: ") + dash_last_error();
+    if (bytes > bwd_ws_bytes) {
+      cudaFree(bwd_ws);
+      cudaMalloc(&bwd_ws, bytes);
+      bwd_ws_bytes = bytes;
+    }
+    cudaMemset(bwd_ws, 0x7f, bwd_ws_bytes);  // deterministic mode must not depend on the workspace's contents
+    return "";
+  }
+
+  std::string backward(int deterministic) {
+    cudaMemset(dq, 0xff, h.q.size() * 2);
+    cudaMemset(dk, 0xff, h.k.size() * 2);
+    cudaMemset(dv, 0xff, h.k.size() * 2);
+    const dash_bwd_args a = bwd_args();
+    if (dash_bwd(&a, plan, deterministic, bwd_ws, bwd_ws_bytes, nullptr) != DASH_OK) {
+      return std::string("dash_bwd: ") + dash_last_error();
+    }
+    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return std::string("backward: ") + cudaGetErrorString(e);
+    return "";
+  }
+
+  struct Grads {
+    std::vector<uint16_t> dq, dk, dv;
+    bool operator==(const Grads& o) const { return dq == o.dq && dk == o.dk && dv == o.dv; }
+  };
+  Grads grads() const {
+    return {host_copy(dq, h.q.size()), host_copy(dk, h.k.size()), host_copy(dv, h.k.size())};
+  }
+};
+
+// ||out - ref|| / ||ref||; any NaN fails.
+void expect_close(const std::vector<uint16_t>& out, const std::vector<double>& ref, double tolerance,
+                  const std::string& what) {
+  double num = 0, den = 0;
+  bool nan = false;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double x = from_bf16(out[i]);
+    nan |= std::isnan(x);
+    num += (x - ref[i]) * (x - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  EXPECT_FALSE(nan) << what << ": NaN (an unwritten or wrong element)";
+  EXPECT_LT(rel, tolerance) << what;
+}
+
+const std::vector<PackCase>& cases() {
+  static const std::vector<PackCase> all = {
+      {"mix_d128_causal", {0, 1, 2, 127, 129, 300}, {0, 1, 2, 127, 129, 300}, 4, 2, 128, DASH_MASK_CAUSAL},
+      {"mix_d64_full", {1, 129, 2, 300, 127}, {1, 129, 2, 300, 127}, 2, 2, 64, DASH_MASK_FULL},
+      {"uneven_d128_causal", {5, 200, 64, 1, 130}, {300, 100, 64, 7, 130}, 2, 1, 128, DASH_MASK_CAUSAL},
+      {"uneven_d64_full", {70, 3, 257}, {2, 190, 129}, 4, 1, 64, DASH_MASK_FULL},
+      {"no_keys_no_queries_d128", {40, 0, 150, 33}, {0, 60, 150, 90}, 2, 2, 128, DASH_MASK_CAUSAL},
+      {"window_d64", {300, 31, 200}, {300, 40, 260}, 2, 2, 64, DASH_MASK_WINDOW, 64, 0},
+      {"single_d128_full", {1000}, {1000}, 2, 2, 128, DASH_MASK_FULL},
+  };
+  return all;
+}
+
+class VarlenGpu : public ::testing::TestWithParam<PackCase> {};
+
+TEST_P(VarlenGpu, ForwardMatchesFloat64) {
+  SKIP_WITHOUT_GPU();
+  const HostPack h(GetParam(), 7);
+  DevicePack d(h);
+  ASSERT_EQ(d.create_pack(), "");
+  ASSERT_EQ(d.forward(), "");
+  expect_close(host_copy(d.o, h.q.size()), h.o_ref, 1e-2, "O");
+  const std::vector<float> lse = host_copy(d.lse, h.lse.size());
+  for (size_t i = 0; i < lse.size(); ++i) {
+    if (std::isinf(h.lse[i])) {
+      ASSERT_TRUE(std::isinf(lse[i]) && lse[i] < 0) << "LSE[" << i << "] of a row without keys: " << lse[i];
+    } else {
+      ASSERT_NEAR(lse[i], h.lse[i], 2e-3 * std::max(1.f, std::abs(h.lse[i]))) << "LSE[" << i << "]";
+    }
+  }
+}
+
+TEST_P(VarlenGpu, BackwardMatchesFloat64AndRepeatsBitwise) {
+  SKIP_WITHOUT_GPU();
+  const HostPack h(GetParam(), 11);
+  DevicePack d(h);
+  ASSERT_EQ(d.create_pack(), "");
+  struct Mode {
+    const char* schedule;
+    int gqa;
+  };
+  for (const Mode m : {Mode{"auto", DASH_GQA_AUTO}, Mode{"ascending", DASH_GQA_SPLIT_HEADS},
+                       Mode{"descending", DASH_GQA_PACK_GROUP}, Mode{"shift", DASH_GQA_SPLIT_HEADS},
+                       Mode{"symmetric-shift", DASH_GQA_AUTO}}) {
+    const std::string what = std::string(m.schedule) + "/gqa" + std::to_string(m.gqa);
+    ASSERT_EQ(d.make_plan(m.schedule, m.gqa), "") << what;
+    ASSERT_EQ(d.backward(1), "") << what;
+    const DevicePack::Grads first = d.grads();
+    expect_close(first.dq, h.dq, 2e-2, what + " dQ");
+    expect_close(first.dk, h.dk, 2e-2, what + " dK");
+    expect_close(first.dv, h.dv, 2e-2, what + " dV");
+    for (int run = 0; run < 2; ++run) {
+      ASSERT_EQ(d.backward(1), "") << what;
+      ASSERT_TRUE(d.grads() == first) << what << ": deterministic gradients differ between runs";
+    }
+    ASSERT_EQ(d.backward(0), "") << what;
+    const DevicePack::Grads nondet = d.grads();
+    expect_close(nondet.dq, h.dq, 2e-2, what + " non-deterministic dQ");
+    expect_close(nondet.dk, h.dk, 2e-2, what + " non-deterministic dK");
+    expect_close(nondet.dv, h.dv, 2e-2, what + " non-deterministic dV");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Packs, VarlenGpu, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<PackCase>& info) { return info.param.name; });
+
+// A sequence's rows of the outputs, for pack invariance.
+struct SequenceBits {
+  std::vector<uint16_t> o, dq, dk, dv;
+  std::vector<float> lse;
+  bool operator==(const SequenceBits& other) const {
+    return o == other.o && dq == other.dq && dk == other.dk && dv == other.dv &&
+           std::memcmp(lse.data(), other.lse.data(), lse.size() * 4) == 0;
+  }
+};
+
+SequenceBits bits_of(const DevicePack& d, const HostPack& h, int s) {
+  const int hq = h.c.heads_q, hkv = h.c.heads_kv, D = h.c.head_dim;
+  auto rows = [&](const uint16_t* ptr, int first, int count, int heads) {
+    return host_copy(ptr + size_t(first) * heads * D, size_t(count) * heads * D);
+  };
+  SequenceBits b;
+  const int q0 = h.cu_q[s], sq = h.c.seqlens_q[s], k0 = h.cu_k[s], sk = h.c.seqlens_k[s];
+  b.o = rows(d.o, q0, sq, hq);
+  b.dq = rows(d.dq, q0, sq, hq);
+  b.dk = rows(d.dk, k0, sk, hkv);
+  b.dv = rows(d.dv, k0, sk, hkv);
+  for (int head = 0; head < hq; ++head) {
+    const std::vector<float> part = host_copy(d.lse + size_t(head) * h.total_q() + q0, size_t(sq));
+    b.lse.insert(b.lse.end(), part.begin(), part.end());
+  }
+  return b;
+}
+
+// Packs `lengths` (q and k equal) with the sequence of index `target` given the same values in every pack.
+TEST(VarlenGpuInvariance, SequenceBitsDoNotDependOnThePack) {
+  SKIP_WITHOUT_GPU();
+  for (const int head_dim : {64, 128}) {
+    for (const dash_mask_kind mask : {DASH_MASK_CAUSAL, DASH_MASK_FULL}) {
+      const std::string what = "d" + std::to_string(head_dim) + (mask == DASH_MASK_CAUSAL ? " causal" : " full");
+      // The target sequence (333 tokens) alone, then second in a pack, then last in a longer one with NaN
+      // neighbours. The values of a sequence depend only on (its lengths, the seed), so the target is identical.
+      PackCase alone{"alone", {333}, {333}, 4, 2, head_dim, mask};
+      PackCase second{"second", {100, 333, 7}, {100, 333, 7}, 4, 2, head_dim, mask};
+      PackCase last{"last", {500, 1, 129, 333}, {500, 1, 129, 333}, 4, 2, head_dim, mask};
+      HostPack h_alone(alone, 3), h_second(second, 5), h_last(last, 9);
+      // Give the target the same values everywhere: copy its rows from the lone pack.
+      auto implant = [&](HostPack& h, int s) {
+        const int hq = h.c.heads_q, hkv = h.c.heads_kv, D = h.c.head_dim;
+        std::copy(h_alone.q.begin(), h_alone.q.end(), h.q.begin() + size_t(h.cu_q[s]) * hq * D);
+        std::copy(h_alone.dout.begin(), h_alone.dout.end(), h.dout.begin() + size_t(h.cu_q[s]) * hq * D);
+        std::copy(h_alone.k.begin(), h_alone.k.end(), h.k.begin() + size_t(h.cu_k[s]) * hkv * D);
+        std::copy(h_alone.v.begin(), h_alone.v.end(), h.v.begin() + size_t(h.cu_k[s]) * hkv * D);
+        h.reference();
+      };
+      implant(h_second, 1);
+      implant(h_last, 3);
+      // NaN in every neighbour of the last pack (after the reference: its O / LSE inputs stay the neighbours'
+      // NaN-free values, which the target never reads anyway).
+      for (int s = 0; s < 3; ++s) {
+        const int hq = h_last.c.heads_q, hkv = h_last.c.heads_kv, D = h_last.c.head_dim;
+        std::fill(h_last.q.begin() + size_t(h_last.cu_q[s]) * hq * D, h_last.q.begin() + size_t(h_last.cu_q[s + 1]) * hq * D,
+                  uint16_t(0x7fc0));
+        std::fill(h_last.k.begin() + size_t(h_last.cu_k[s]) * hkv * D,
+                  h_last.k.begin() + size_t(h_last.cu_k[s + 1]) * hkv * D, uint16_t(0x7fc0));
+        std::fill(h_last.v.begin() + size_t(h_last.cu_k[s]) * hkv * D,
+                  h_last.v.begin() + size_t(h_last.cu_k[s + 1]) * hkv * D, uint16_t(0x7fc0));
+      }
+      for (const char* schedule : {"auto", "shift", "symmetric-shift", "descending"}) {
+        std::vector<SequenceBits> results;
+        for (auto [h, s] : {std::pair<HostPack*, int>{&h_alone, 0}, {&h_second, 1}, {&h_last, 3}}) {
+          DevicePack d(*h);
+          ASSERT_EQ(d.create_pack(), "") << what;
+          ASSERT_EQ(d.forward(), "") << what << " " << h->c.name;
+          ASSERT_EQ(d.make_plan(schedule, DASH_GQA_AUTO), "") << what << " " << schedule;
+          ASSERT_EQ(d.backward(1), "") << what << " " << h->c.name << " " << schedule;
+          results.push_back(bits_of(d, *h, s));
+        }
+        EXPECT_TRUE(results[0] == results[1]) << what << " " << schedule << ": bits alone != bits second in a pack";
+        EXPECT_TRUE(results[0] == results[2]) << what << " " << schedule
+                                              << ": bits alone != bits last in a pack of NaN neighbours";
+      }
+    }
+  }
+}
+
+TEST(VarlenGpuArguments, ErrorsNameTheArgument) {
+  SKIP_WITHOUT_GPU();
+  const HostPack h(PackCase{"args", {10, 20}, {10, 20}, 2, 2, 64, DASH_MASK_CAUSAL}, 1);
+  DevicePack d(h);
+  ASSERT_EQ(d.create_pack(), "");
+  dash_fwd_args a{};
+  a.problem = d.problem;
+  a.problem.heads_q = 4;
+  a.dtype = DASH_DTYPE_BF16;
+  EXPECT_EQ(dash_fwd_varlen(&a, d.pack, d.fwd_ws, 16, nullptr), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("problem"), std::string::npos) << dash_last_error();
+  EXPECT_EQ(dash_fwd_varlen(&a, nullptr, d.fwd_ws, 16, nullptr), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("pack"), std::string::npos) << dash_last_error();
+  dash_plan_t plan = nullptr;
+  EXPECT_EQ(dash_plan_create_varlen(d.pack, "no-such-schedule", 0, DASH_GQA_AUTO, &plan), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("schedule"), std::string::npos) << dash_last_error();
+  EXPECT_EQ(plan, nullptr);
+}
+
+}  // namespace
