@@ -4,17 +4,26 @@
 // seen before, and for a problem seen before, up to 128k-token sequences, GQA and batch 64. No GPU: the device
 // copy (dash_plan_create) adds one upload per new template, measured by bench/first_call_torch.py on the device.
 //
-//   dash-bench-plan [--out plan.jsonl] [--commit abc1234] [--repeats 5]
+//   dash-bench-plan [--out plan.jsonl] [--commit abc1234] [--repeats 5] [--varlen-only]
 //
 // First-call times are the median over `repeats` runs, each after clear_template_cache(), so every run builds.
+//
+// Then dash::plan_for_pack on packs of 1000 sequences (32/8 heads, head dim 128, causal, auto, 132 CTAs) with 7, 64
+// and about 800 distinct sequence shapes: the first call (templates built) and a repeat call (every template and
+// every shape's resolution seen before). --varlen-only runs that part alone.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dash/plan.hpp"
+#include "dash/varlen.hpp"
 
 namespace {
 
@@ -46,19 +55,73 @@ dash::PlanRequest request(const Shape& s, int batch, int heads_q, int heads_kv) 
   return r;
 }
 
+// A pack of `n` sequences (seqlen_q = seqlen_k): lengths cycle over `distinct` values spread over [1, 2048], or
+// (distinct = 0) are drawn uniformly from [1, 2048] with a fixed seed (about 790 distinct of 1000).
+dash::Pack varlen_pack(int n, int distinct) {
+  std::vector<int32_t> lengths(static_cast<size_t>(n));
+  std::mt19937 rng(12345);
+  std::uniform_int_distribution<int32_t> uniform(1, 2048);
+  for (int s = 0; s < n; ++s)
+    lengths[size_t(s)] = distinct > 0 ? 1 + int32_t((int64_t(s % distinct) * 2047) / std::max(1, distinct - 1))
+                                      : uniform(rng);
+  std::vector<int32_t> cu(lengths.size() + 1, 0);
+  std::partial_sum(lengths.begin(), lengths.end(), cu.begin() + 1);
+  dash::Problem p;
+  p.batch = n;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.head_dim = 128;
+  p.mask = dash::Mask::Causal;
+  return dash::build_pack(p, cu.data(), cu.data());
+}
+
+void bench_varlen(FILE* out, const std::string& commit, int repeats) {
+  std::printf("\n%-44s %10s %10s %12s %10s\n", "plan_for_pack (1000 seqs, 32/8, d128, causal)", "shapes", "first ms",
+              "repeat ms", "templates");
+  const dash::Schedule schedule = dash::Schedule::parse("auto");
+  for (int distinct : {7, 64, 0}) {
+    const dash::Pack pack = varlen_pack(1000, distinct);
+    std::set<std::pair<int32_t, int32_t>> shapes;
+    for (const dash_pack_sequence& s : pack.sequences) shapes.insert({s.seqlen_q, s.seqlen_k});
+    std::vector<double> first, repeat;
+    size_t templates = 0;
+    for (int r = 0; r < repeats; ++r) {
+      dash::clear_template_cache();
+      auto t0 = std::chrono::steady_clock::now();
+      templates = dash::plan_for_pack(pack, schedule, 132, dash::GqaMode::Auto).templates.size();
+      first.push_back(ms_since(t0));
+      for (int k = 0; k < 5; ++k) {
+        t0 = std::chrono::steady_clock::now();
+        dash::plan_for_pack(pack, schedule, 132, dash::GqaMode::Auto);
+        repeat.push_back(ms_since(t0));
+      }
+    }
+    char name[96];
+    std::snprintf(name, sizeof name, "varlen_n1000_shapes%zu_hq32_hkv8_d128_causal", shapes.size());
+    std::printf("%-44s %10zu %10.3f %12.4f %10zu\n", name, shapes.size(), median(first), median(repeat), templates);
+    std::fprintf(out,
+                 "{\"commit\":\"%s\",\"op\":\"plan_for_pack\",\"config\":\"%s\",\"schedule\":\"auto\","
+                 "\"num_ctas\":132,\"first_call_ms\":%.4f,\"repeat_ms\":%.5f,\"shapes\":%zu,\"templates\":%zu,"
+                 "\"repeats\":%d}\n",
+                 commit.c_str(), name, median(first), median(repeat), shapes.size(), templates, repeats);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string out_path = "plan.jsonl", commit = "unknown";
   int repeats = 5;
+  bool varlen_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() { return std::string(i + 1 < argc ? argv[++i] : ""); };
     if (a == "--out") out_path = next();
     else if (a == "--commit") commit = next();
     else if (a == "--repeats") repeats = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--varlen-only") varlen_only = true;
     else {
-      std::fprintf(stderr, "usage: dash-bench-plan [--out FILE] [--commit SHA] [--repeats N]\n");
+      std::fprintf(stderr, "usage: dash-bench-plan [--out FILE] [--commit SHA] [--repeats N] [--varlen-only]\n");
       return 2;
     }
   }
@@ -75,6 +138,11 @@ int main(int argc, char** argv) {
       {1, 131072, 32, 8, 128, dash::Mask::Causal}, {1, 131072, 16, 16, 128, dash::Mask::Full},
       {1, 131072, 32, 8, 64, dash::Mask::Causal},
   };
+  if (varlen_only) {
+    bench_varlen(out, commit, repeats);
+    std::fclose(out);
+    return 0;
+  }
   std::printf("%-44s %10s %12s %12s %10s %s\n", "shape (auto, 132 CTAs)", "first ms", "new batch ms", "seen ms",
               "visits", "plan");
   for (const Shape& s : shapes) {
@@ -106,6 +174,7 @@ int main(int argc, char** argv) {
                  commit.c_str(), name, median(first), median(new_batch), median(seen), plan.header.visits_per_unit,
                  mode, planner, repeats);
   }
+  bench_varlen(out, commit, repeats);
   std::fclose(out);
   return 0;
 }

@@ -163,6 +163,7 @@ struct TemplateCacheStats {
   size_t bytes = 0;
 };
 TemplateCacheStats template_cache_stats();
+// Empties the template cache, and with it the memos of plan_for's resolutions and of auto_candidates.
 void clear_template_cache();
 
 // A plan for one problem: a shared unit template and the header of the real problem.
@@ -181,13 +182,15 @@ struct Candidate {
 
 // auto's candidates for this sequence shape, best first, from the offline table (src/core/auto_table.inc): a
 // function of the mask, head dim, GQA group and tile counts only. Every list ends with split-heads descending and
-// ascending, whose waits all target earlier tickets (wave 1), so one candidate always runs.
+// ascending, whose waits all target earlier tickets (wave 1), so one candidate always runs. Memoised per (mask, head
+// dim, group, seqlen_q, seqlen_k) (bounded, thread-safe): a shape seen before costs a hash look-up.
 std::vector<Candidate> auto_candidates(const Problem& problem, TileShape tiles);
 
 // Resolves the schedule, fetches (or builds) the template, and checks it runs on request.num_ctas CTAs. A
 // template seen before costs a cache look-up. auto takes the first table candidate the request's GQA mode allows
 // whose wave fits num_ctas (the note names any it skipped); a named planner whose wave exceeds num_ctas is an
-// error. Throws dash::Error naming the argument.
+// error. Throws dash::Error naming the argument. A request seen before (auto-fastest aside) skips the resolution:
+// its outcome is memoised (bounded, thread-safe) and replayed through the template cache, with the same result.
 BoundPlan plan_for(const PlanRequest& request);
 
 // plan_for, then a Plan that owns a copy of the tables with the real problem's header (CLI, simulator, tests).

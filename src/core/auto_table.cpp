@@ -2,13 +2,21 @@
 // auto's candidate lists: a table generated offline (tools/make_auto_table.cpp, scripts/make_auto_table.sh) from
 // the simulator and its calibrated cost model, so that choosing costs a look-up at call time. The table's rows
 // sample the mask, head dim, GQA group and sequence lengths; a problem takes the row nearest to it on a log scale.
+//
+// The nearest row is found once per (mask, head dim, group, seqlen_q, seqlen_k) and memoised (plan_internal.hpp);
+// the scan itself takes the log2 distances once per distinct column value of the table (a few dozen), not four per
+// row, and adds the same doubles in the same order as the reference scan, so it picks the same row bit for bit.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "dash/plan.hpp"
+#include "plan_internal.hpp"
 
 namespace dash {
 namespace {
@@ -26,6 +34,17 @@ struct AutoTableRow {
 
 double log2_distance(double a, double b) { return std::log2(std::max(a, 1.0) / std::max(b, 1.0)); }
 
+// A row's distance from the problem, from its four log2 distances. Head dim and group first (they change the cost
+// model and the GQA trade-off), then the lengths. Both scans call it, so they round alike.
+inline double row_distance(double d_head, double d_group, double d_q, double d_k) {
+  return 1e6 * d_head + 1e3 * d_group + d_q * d_q + d_k * d_k;
+}
+
+// The sliding window is a band like causal: its rows are the nearest the table has (until it has its own).
+int32_t table_mask(const Problem& problem) {
+  return problem.mask == Mask::Window ? DASH_MASK_CAUSAL : int32_t(problem.mask);
+}
+
 Candidate parse_candidate(const std::string& word) {
   const size_t slash = word.find('/');
   Candidate c;
@@ -34,22 +53,185 @@ Candidate parse_candidate(const std::string& word) {
   return c;
 }
 
+// A row's ranking (none: an empty one), then the two plans whose waits all target earlier tickets (wave 1), one of
+// which runs on any P.
+std::vector<Candidate> candidates_of(const AutoTableRow* row) {
+  std::vector<Candidate> out;
+  if (row != nullptr) {
+    std::istringstream words(row->ranking);
+    for (std::string word; words >> word;) out.push_back(parse_candidate(word));
+  }
+  for (Planner p : {Planner::Descending, Planner::Ascending}) {
+    const Candidate c{GqaMode::SplitHeads, p};
+    bool listed = false;
+    for (const Candidate& o : out) listed = listed || o == c;
+    if (!listed) out.push_back(c);
+  }
+  return out;
+}
+
+constexpr size_t kRows = sizeof(kAutoTable) / sizeof(kAutoTable[0]);
+
+// The table's columns as positions into their distinct values, its rows in blocks of one (mask, head dim, group),
+// and every row's candidate list, parsed once.
+struct TableIndex {
+  static constexpr size_t kMaxDistinct = 64;       // per column, and blocks per mask: the table has 2, 4, 12 and 8
+  std::vector<int32_t> head_dims, groups, lengths;  // distinct values; lengths serve seqlen_q and seqlen_k
+  struct Row {
+    uint32_t index;          // in kAutoTable
+    uint16_t q, k;           // positions in lengths
+  };
+  struct Block {
+    int32_t mask;
+    uint16_t head, group;    // positions in head_dims, groups
+    std::vector<Row> rows;   // table order
+  };
+  std::vector<Block> blocks;                       // in order of their first row
+  std::vector<std::vector<Candidate>> candidates;  // [kRows + 1]: each row's list, then the list of no row
+
+  static uint16_t position(std::vector<int32_t>& values, int32_t v) {
+    for (size_t i = 0; i < values.size(); ++i)
+      if (values[i] == v) return uint16_t(i);
+    values.push_back(v);
+    if (values.size() > kMaxDistinct) throw std::logic_error("auto_table.inc: more distinct values than kMaxDistinct");
+    return uint16_t(values.size() - 1);
+  }
+
+  TableIndex() {
+    candidates.reserve(kRows + 1);
+    for (size_t i = 0; i < kRows; ++i) {
+      const AutoTableRow& r = kAutoTable[i];
+      const uint16_t head = position(head_dims, r.head_dim), group = position(groups, r.group_size);
+      auto block = std::find_if(blocks.begin(), blocks.end(), [&](const Block& b) {
+        return b.mask == r.mask && b.head == head && b.group == group;
+      });
+      if (block == blocks.end()) block = blocks.insert(blocks.end(), Block{r.mask, head, group, {}});
+      block->rows.push_back({uint32_t(i), position(lengths, r.seqlen_q), position(lengths, r.seqlen_k)});
+      candidates.push_back(candidates_of(&r));
+    }
+    candidates.push_back(candidates_of(nullptr));
+    if (blocks.size() > kMaxDistinct) throw std::logic_error("auto_table.inc: more blocks than kMaxDistinct");
+  }
+};
+
+const TableIndex& table_index() {
+  static const TableIndex* index = new TableIndex;  // never destroyed: usable from other static destructors
+  return *index;
+}
+
+std::atomic<int64_t> g_table_scans{0};
+std::atomic<int64_t> g_candidate_hits{0};
+std::atomic<bool> g_memo_enabled{true};
+
+// The row auto_candidates_reference takes (the nearest; the first of equally near ones), as a position in kAutoTable;
+// kRows if the mask has none.
+//
+// Same doubles: every row distance is row_distance of the same four log2_distance values the reference computes for
+// that row (taken here once per distinct column value), so each row's distance is bit for bit the reference's.
+// Same row: the reference keeps the first row of least distance, i.e. the least (distance, index); this takes the
+// least (distance, index) too, visiting the blocks in order of their lower bound 1e6 d_head + 1e3 d_group (adding
+// the length terms, which are >= 0, never lowers a rounded sum) and stopping at a block whose bound exceeds the
+// best distance found (less a relative margin of 1e-9, far beyond any difference in rounding).
+size_t nearest_row(const Problem& problem) {
+  g_table_scans.fetch_add(1, std::memory_order_relaxed);
+  const TableIndex& t = table_index();
+  constexpr size_t kMax = TableIndex::kMaxDistinct;
+  const int32_t mask = table_mask(problem);
+  double d_head[kMax], d_group[kMax], d_q[kMax], d_k[kMax];
+  for (size_t i = 0; i < t.head_dims.size(); ++i)
+    d_head[i] = std::fabs(log2_distance(problem.head_dim, t.head_dims[i]));
+  for (size_t i = 0; i < t.groups.size(); ++i)
+    d_group[i] = std::fabs(log2_distance(problem.group_size(), t.groups[i]));
+  for (size_t i = 0; i < t.lengths.size(); ++i) {
+    d_q[i] = log2_distance(problem.seqlen_q, t.lengths[i]);
+    d_k[i] = log2_distance(problem.seqlen_k, t.lengths[i]);
+  }
+  // The mask's blocks, by increasing lower bound (insertion sort: a handful).
+  std::pair<double, const TableIndex::Block*> order[kMax];
+  size_t blocks = 0;
+  for (const TableIndex::Block& b : t.blocks) {
+    if (b.mask != mask) continue;
+    const double bound = row_distance(d_head[b.head], d_group[b.group], 0.0, 0.0);
+    const std::pair<double, const TableIndex::Block*> entry{bound, &b};
+    size_t at = blocks++;
+    for (; at > 0 && order[at - 1].first > entry.first; --at) order[at] = order[at - 1];
+    order[at] = entry;
+  }
+  size_t best = kRows;
+  double best_distance = std::numeric_limits<double>::infinity();
+  for (size_t o = 0; o < blocks; ++o) {
+    const double bound = order[o].first;
+    if (bound - 1e-9 * (1.0 + bound) > best_distance) break;  // every row here and in later blocks is farther
+    const TableIndex::Block& b = *order[o].second;
+    const double dh = d_head[b.head], dg = d_group[b.group];
+    for (const TableIndex::Row& row : b.rows) {
+      const double distance = row_distance(dh, dg, d_q[row.q], d_k[row.k]);
+      if (distance < best_distance || (distance == best_distance && row.index < best)) {
+        best_distance = distance;
+        best = row.index;
+      }
+    }
+  }
+  return best;
+}
+
+// What auto_candidates reads of a problem.
+struct CandidateKey {
+  int32_t mask, head_dim, group_size, seqlen_q, seqlen_k;
+  bool operator==(const CandidateKey& o) const {
+    return mask == o.mask && head_dim == o.head_dim && group_size == o.group_size && seqlen_q == o.seqlen_q &&
+           seqlen_k == o.seqlen_k;
+  }
+};
+
+struct CandidateKeyHash {
+  size_t operator()(const CandidateKey& k) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+    for (int32_t f : {k.mask, k.head_dim, k.group_size, k.seqlen_q, k.seqlen_k})
+      h = (h ^ uint32_t(f)) * 1099511628211ull;
+    return size_t(h);
+  }
+};
+
+// Key -> nearest row. Entries are a few dozen bytes; 16384 of them cover every shape of many packs.
+using CandidateMemo = detail::LruMemo<CandidateKey, uint32_t, CandidateKeyHash>;
+CandidateMemo& candidate_memo() {
+  static CandidateMemo* memo = new CandidateMemo(16384);  // never destroyed
+  return *memo;
+}
+
 }  // namespace
 
 std::vector<Candidate> auto_candidates(const Problem& problem, TileShape tiles) {
   (void)tiles;  // rows are sampled at the kernels' tiles for each head dim; lengths are in tokens
-  // The sliding window is a band like causal: its rows are the nearest the table has (until it has its own).
+  if (!g_memo_enabled.load(std::memory_order_relaxed)) return detail::auto_candidates_reference(problem, tiles);
+  const CandidateKey key{table_mask(problem), problem.head_dim, problem.group_size(), problem.seqlen_q,
+                         problem.seqlen_k};
+  uint32_t row = 0;
+  if (candidate_memo().find(key, &row)) {
+    g_candidate_hits.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    row = uint32_t(nearest_row(problem));
+    candidate_memo().insert(key, row);
+  }
+  return table_index().candidates[row];
+}
+
+namespace detail {
+
+std::vector<Candidate> auto_candidates_reference(const Problem& problem, TileShape tiles) {
+  (void)tiles;
+  g_table_scans.fetch_add(1, std::memory_order_relaxed);
   const int32_t mask = problem.mask == Mask::Window ? DASH_MASK_CAUSAL : int32_t(problem.mask);
   const AutoTableRow* best = nullptr;
   double best_distance = std::numeric_limits<double>::infinity();
   for (const AutoTableRow& row : kAutoTable) {
     if (row.mask != mask) continue;
-    // Head dim and group first (they change the cost model and the GQA trade-off), then the lengths.
     const double d_head = std::fabs(log2_distance(problem.head_dim, row.head_dim));
     const double d_group = std::fabs(log2_distance(problem.group_size(), row.group_size));
     const double d_q = log2_distance(problem.seqlen_q, row.seqlen_q);
     const double d_k = log2_distance(problem.seqlen_k, row.seqlen_k);
-    const double distance = 1e6 * d_head + 1e3 * d_group + d_q * d_q + d_k * d_k;
+    const double distance = row_distance(d_head, d_group, d_q, d_k);
     if (distance < best_distance) {
       best_distance = distance;
       best = &row;
@@ -60,7 +242,6 @@ std::vector<Candidate> auto_candidates(const Problem& problem, TileShape tiles) 
     std::istringstream words(best->ranking);
     for (std::string word; words >> word;) out.push_back(parse_candidate(word));
   }
-  // Always end with the two plans whose waits all target earlier tickets (wave 1): one of them runs on any P.
   for (Planner p : {Planner::Descending, Planner::Ascending}) {
     const Candidate c{GqaMode::SplitHeads, p};
     bool listed = false;
@@ -70,4 +251,17 @@ std::vector<Candidate> auto_candidates(const Problem& problem, TileShape tiles) 
   return out;
 }
 
+void set_plan_memo_enabled(bool enabled) { g_memo_enabled.store(enabled, std::memory_order_relaxed); }
+bool plan_memo_enabled() { return g_memo_enabled.load(std::memory_order_relaxed); }
+
+void clear_auto_candidates_memo() { candidate_memo().clear(); }
+
+// The auto_candidates half of the statistics; plan.cpp adds its own.
+void auto_candidates_memo_stats(PlanMemoStats& stats) {
+  stats.table_scans = g_table_scans.load(std::memory_order_relaxed);
+  stats.candidate_hits = g_candidate_hits.load(std::memory_order_relaxed);
+  stats.candidate_entries = int64_t(candidate_memo().size());
+}
+
+}  // namespace detail
 }  // namespace dash

@@ -2,10 +2,13 @@
 // plan_for / build_plan (the template cache, named planners and the auto rules), blob (de)serialisation and the
 // text rendering.
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <tuple>
 #include <unordered_map>
@@ -13,6 +16,7 @@
 
 #include "dash/plan.hpp"
 #include "dash/simulator.hpp"
+#include "plan_internal.hpp"
 
 namespace dash {
 
@@ -235,11 +239,88 @@ dash_plan_header bind_header(const UnitTemplate& unit, const Problem& problem, i
   return h;
 }
 
+BoundPlan bound_plan(std::shared_ptr<const UnitTemplate> unit, const PlanRequest& req, std::string note) {
+  BoundPlan out;
+  out.header = bind_header(*unit, req.problem, req.num_ctas);
+  out.note = std::move(note);
+  if (!unit->plan.note.empty()) out.note += (out.note.empty() ? "" : ". ") + unit->plan.note;
+  out.unit = std::move(unit);
+  return out;
+}
+
+// ---- The resolution memo (plan_internal.hpp) ----
+
+// Everything plan_for's resolution reads of a request: every problem field (the size limits see batch and heads),
+// the tiles (defaults applied), P, the requested GQA mode and the schedule. Not the cost model: auto-fastest, the
+// one schedule that reads it, is never memoised.
+using ResolutionKey = std::array<int32_t, 15>;
+
+ResolutionKey resolution_key(const PlanRequest& req, TileShape tiles) {
+  const Problem& p = req.problem;
+  return {p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, int32_t(p.mask), p.window_left,
+          p.window_right, tiles.block_m, tiles.block_n, req.num_ctas, int32_t(req.gqa_mode),
+          int32_t(req.schedule.kind), int32_t(req.schedule.planner)};
+}
+
+struct ResolutionKeyHash {
+  size_t operator()(const ResolutionKey& k) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+    for (int32_t f : k) h = (h ^ uint32_t(f)) * 1099511628211ull;
+    return size_t(h);
+  }
+};
+
+// What a full resolution did: the templates it fetched and skipped for their wave (in order), the one it chose, and
+// its note up to the choice. Replaying it fetches the same templates in the same order from the template cache
+// (which counts, builds and orders them as the full resolution would), so only the candidate search is saved.
+struct Resolution {
+  std::vector<TemplateKey> skipped;
+  TemplateKey chosen;
+  std::string note;
+};
+
+// Entries are a few hundred bytes (the note); no templates are held here.
+using ResolutionMemo = detail::LruMemo<ResolutionKey, std::shared_ptr<const Resolution>, ResolutionKeyHash>;
+ResolutionMemo& resolution_memo() {
+  static ResolutionMemo* memo = new ResolutionMemo(16384);  // never destroyed
+  return *memo;
+}
+
+std::atomic<int64_t> g_resolution_hits{0};
+std::atomic<int64_t> g_resolution_misses{0};
+
+// The plan a memoised resolution gives; nullopt if a template's wave no longer agrees with it (templates are
+// deterministic, so this does not happen; resolving afresh would then be right).
+std::optional<BoundPlan> replay(const Resolution& r, const PlanRequest& req) {
+  for (const TemplateKey& key : r.skipped)
+    if (unit_template(key)->wave <= req.num_ctas) return std::nullopt;
+  std::shared_ptr<const UnitTemplate> unit = unit_template(r.chosen);
+  if (unit->wave > req.num_ctas) return std::nullopt;
+  return bound_plan(std::move(unit), req, r.note);
+}
+
 } // namespace
 
 std::shared_ptr<const UnitTemplate> unit_template(const TemplateKey& key) { return cache().get(key); }
 TemplateCacheStats template_cache_stats() { return cache().stats(); }
-void clear_template_cache() { cache().clear(); }
+void clear_template_cache() {
+  cache().clear();
+  resolution_memo().clear();
+  detail::clear_auto_candidates_memo();
+}
+
+namespace detail {
+
+PlanMemoStats plan_memo_stats() {
+  PlanMemoStats stats;
+  auto_candidates_memo_stats(stats);
+  stats.resolution_hits = g_resolution_hits.load(std::memory_order_relaxed);
+  stats.resolution_misses = g_resolution_misses.load(std::memory_order_relaxed);
+  stats.resolution_entries = int64_t(resolution_memo().size());
+  return stats;
+}
+
+}  // namespace detail
 
 BoundPlan plan_for(const PlanRequest& req) {
   req.problem.validate();
@@ -250,6 +331,21 @@ BoundPlan plan_for(const PlanRequest& req) {
   if (tiles.block_n < 1) throw Error("block_n", "must be >= 1");
   // Every size limit before any planner or simulation runs: an impossible size fails at once.
   check_plan_limits(req.problem, tiles, req.gqa_mode, req.num_ctas);
+
+  // A request seen before replays its resolution: one memo look-up, then the template cache as before.
+  const bool memoise = req.schedule.kind != Schedule::Kind::AutoFastest && detail::plan_memo_enabled();
+  ResolutionKey memo_key{};
+  if (memoise) {
+    memo_key = resolution_key(req, tiles);
+    std::shared_ptr<const Resolution> seen;
+    if (resolution_memo().find(memo_key, &seen)) {
+      if (std::optional<BoundPlan> out = replay(*seen, req)) {
+        g_resolution_hits.fetch_add(1, std::memory_order_relaxed);
+        return std::move(*out);
+      }
+    }
+  }
+  auto record = std::make_shared<Resolution>();
 
   const bool grouped = req.problem.group_size() > 1;
   std::ostringstream note;
@@ -266,7 +362,8 @@ BoundPlan plan_for(const PlanRequest& req) {
       note << "; " << candidate_name(c, grouped) << " skipped (" << violation->message << ")";
       continue;
     }
-    std::shared_ptr<const UnitTemplate> unit = unit_template(template_key(req.problem, tiles, c.mode, c.planner));
+    const TemplateKey key = template_key(req.problem, tiles, c.mode, c.planner);
+    std::shared_ptr<const UnitTemplate> unit = unit_template(key);
     if (unit->wave > req.num_ctas) {
       const std::string why = "the plan's waits need " + std::to_string(unit->wave) +
                               " co-resident CTAs (its largest wave) but only " + std::to_string(req.num_ctas) +
@@ -275,15 +372,17 @@ BoundPlan plan_for(const PlanRequest& req) {
         throw Error("schedule", std::string(planner_name(c.planner)) + " cannot run this problem on " +
                                     std::to_string(req.num_ctas) + " CTAs: " + why);
       note << "; " << candidate_name(c, grouped) << " skipped (" << why << ")";
+      record->skipped.push_back(key);
       continue;
     }
     if (automatic) note << "; chose " << candidate_name(c, grouped);
-    BoundPlan out;
-    out.header = bind_header(*unit, req.problem, req.num_ctas);
-    out.note = note.str();
-    if (!unit->plan.note.empty()) out.note += (out.note.empty() ? "" : ". ") + unit->plan.note;
-    out.unit = std::move(unit);
-    return out;
+    record->chosen = key;
+    record->note = note.str();
+    if (memoise) {
+      g_resolution_misses.fetch_add(1, std::memory_order_relaxed);
+      resolution_memo().insert(memo_key, record);
+    }
+    return bound_plan(std::move(unit), req, record->note);
   }
   throw Error("schedule", "no planner can run this problem" + note.str());
 }

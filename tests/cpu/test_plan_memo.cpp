@@ -1,0 +1,335 @@
+// SPDX-License-Identifier: Apache-2.0
+// The memos that make a repeat plan_for a hash look-up (src/core/plan_internal.hpp): auto_candidates against the
+// full table scan it replaced, plan_for against its unmemoised resolution (same template, header bytes, note and
+// template-cache traffic), their bounds, threads, and that a repeat plan_for_pack of ~800 distinct sequence shapes
+// scans the auto table and resolves the candidates for none of them.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "dash/plan.hpp"
+#include "dash/varlen.hpp"
+#include "plan_internal.hpp"  // dash::detail: the reference scan, memo statistics and switch
+#include "test_problems.hpp"
+
+namespace {
+
+using dash::GqaMode;
+using dash::Mask;
+using dash::test::make_problem;
+using dash::test::windowed;
+
+// Leaves the memos on (as they are in production) whatever a test does.
+struct MemoSwitch {
+  explicit MemoSwitch(bool enabled) { dash::detail::set_plan_memo_enabled(enabled); }
+  ~MemoSwitch() { dash::detail::set_plan_memo_enabled(true); }
+};
+
+std::string describe(const std::vector<dash::Candidate>& list) {
+  std::string s;
+  for (const dash::Candidate& c : list)
+    s += std::string(s.empty() ? "" : " ") + dash::gqa_mode_name(c.mode) + "/" + dash::planner_name(c.planner);
+  return s;
+}
+
+// seqlen_q = seqlen_k over 1..4096 step 7, some unequal pairs, and lengths at and around the table's samples.
+std::vector<std::pair<int32_t, int32_t>> length_pairs() {
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  for (int32_t s = 1; s <= 4096; s += 7) pairs.push_back({s, s});
+  for (int32_t s = 1; s <= 4096; s += 61) {
+    pairs.push_back({s, 3 * s + 1});
+    pairs.push_back({5 * s + 2, s});
+    pairs.push_back({s, 4097 - s});
+  }
+  for (int32_t base : {64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072})
+    for (int32_t d : {-1, 0, 1})
+      for (int32_t ratio : {1, 2, 4}) {
+        pairs.push_back({base + d, (base + d) * ratio});
+        pairs.push_back({(base + d) * ratio, base + d});
+      }
+  // Every pair of powers of two, where rows off the problem's diagonal lie at exactly equal distances (ties that
+  // the first row in table order must win).
+  for (int32_t i = 0; i <= 21; ++i)
+    for (int32_t j = 0; j <= 21; ++j) pairs.push_back({int32_t(1) << i, int32_t(1) << j});
+  // Geometric means of neighbouring samples, where two rows are nearly equally near.
+  for (int32_t s : {90, 91, 181, 362, 724, 1448, 2896, 5792, 11585, 23170, 46341, 92682, 185364, 1 << 20, 1482880})
+    pairs.push_back({s, s});
+  return pairs;
+}
+
+// ---- auto_candidates ----
+
+TEST(AutoCandidatesMemo, MatchesTheFullTableScanBitForBit) {
+  dash::clear_template_cache();  // and the memos: every first look-up below scans
+  std::vector<dash::Problem> shapes;
+  const std::vector<std::pair<int32_t, int32_t>> groups = {{1, 1}, {4, 1}, {2, 1}, {3, 1}, {8, 1}, {16, 1}, {32, 8}};
+  for (const auto& [q, k] : length_pairs())
+    for (int32_t head_dim : {64, 128, 32, 91, 256})
+      for (const auto& [hq, hkv] : groups)
+        for (int m = 0; m < 4; ++m) {
+          dash::Problem p = make_problem(q, k, m == 0 ? Mask::Full : Mask::Causal, hq, hkv, 1, head_dim);
+          if (m == 2) p = windowed(p, 256, 0);
+          if (m == 3) p = windowed(p, 100, 37);
+          shapes.push_back(p);
+        }
+  int64_t checked = 0;
+  for (const dash::Problem& p : shapes) {
+    const std::vector<dash::Candidate> reference = dash::detail::auto_candidates_reference(p, {});
+    const std::vector<dash::Candidate> first = dash::auto_candidates(p, {});  // scans (or hits a window twin)
+    const std::vector<dash::Candidate> again = dash::auto_candidates(p, {});  // memo hit
+    ASSERT_EQ(describe(first), describe(reference)) << p.describe();
+    ASSERT_EQ(describe(again), describe(reference)) << p.describe();
+    ++checked;
+  }
+  EXPECT_GT(checked, 100000);
+}
+
+TEST(AutoCandidatesMemo, ScansTheTableOncePerShape) {
+  dash::clear_template_cache();
+  const dash::detail::PlanMemoStats before = dash::detail::plan_memo_stats();
+  EXPECT_EQ(before.candidate_entries, 0);
+  for (int round = 0; round < 3; ++round)
+    for (int32_t s = 1; s <= 500; ++s) dash::auto_candidates(make_problem(s, s, Mask::Causal, 32, 8), {});
+  // The window mask reads the causal rows and ignores the window sizes: the same entries serve it.
+  for (int32_t s = 1; s <= 500; ++s)
+    dash::auto_candidates(windowed(make_problem(s, s, Mask::Causal, 32, 8), 64, 3), {});
+  // Batch and head count (beyond the group) are not read either.
+  for (int32_t s = 1; s <= 500; ++s) dash::auto_candidates(make_problem(s, s, Mask::Causal, 8, 2, 7), {});
+  const dash::detail::PlanMemoStats after = dash::detail::plan_memo_stats();
+  EXPECT_EQ(after.table_scans - before.table_scans, 500);
+  EXPECT_EQ(after.candidate_hits - before.candidate_hits, 2 * 500 + 500 + 500);
+  EXPECT_EQ(after.candidate_entries, 500);
+}
+
+// ---- plan_for ----
+
+// What a plan_for call gave: the plan, or the error it threw.
+struct Outcome {
+  dash::BoundPlan plan;
+  std::string error;
+  int64_t cache_traffic = 0;  // template cache hits + builds during the call
+};
+
+Outcome outcome_of(const dash::PlanRequest& req) {
+  Outcome o;
+  const dash::TemplateCacheStats before = dash::template_cache_stats();
+  try {
+    o.plan = dash::plan_for(req);
+  } catch (const dash::Error& e) {
+    o.error = std::string(e.argument()) + " | " + e.what();
+  }
+  const dash::TemplateCacheStats after = dash::template_cache_stats();
+  o.cache_traffic = (after.hits + after.builds) - (before.hits + before.builds);
+  return o;
+}
+
+void expect_same(const Outcome& a, const Outcome& b, const std::string& what) {
+  ASSERT_EQ(a.error, b.error) << what;
+  if (!a.error.empty()) return;
+  ASSERT_EQ(a.plan.unit.get(), b.plan.unit.get()) << what;  // the same cached template
+  ASSERT_EQ(std::memcmp(&a.plan.header, &b.plan.header, sizeof a.plan.header), 0) << what;
+  ASSERT_EQ(a.plan.note, b.plan.note) << what;
+  ASSERT_EQ(a.cache_traffic, b.cache_traffic) << what << ": the template cache was asked differently";
+}
+
+TEST(PlanForMemo, MatchesTheUnmemoisedResolution) {
+  dash::clear_template_cache();
+  struct Variant {
+    const char* schedule;
+    GqaMode mode;
+    int32_t num_ctas;
+  };
+  // auto on few CTAs skips the candidates whose wave exceeds P (the replay must fetch them too); a named planner
+  // on too few CTAs throws (never memoised).
+  const std::vector<Variant> variants = {{"auto", GqaMode::Auto, 132},      {"auto", GqaMode::Auto, 2},
+                                         {"auto", GqaMode::SplitHeads, 132}, {"auto", GqaMode::PackGroup, 1},
+                                         {"descending", GqaMode::Auto, 132}, {"symmetric-shift", GqaMode::Auto, 2},
+                                         {"shift", GqaMode::PackGroup, 132}};
+  int64_t compared = 0, errors = 0;
+  const int64_t hits_before = dash::detail::plan_memo_stats().resolution_hits;
+  int64_t expected_hits = 0;
+  for (int32_t s = 1; s <= 4096; s += 7) {
+    if ((s / 7) % 128 == 0) dash::clear_template_cache();  // bounds the templates kept (and empties the memos)
+    for (int m = 0; m < 3; ++m) {
+      for (int32_t head_dim : {64, 128}) {
+        for (int32_t group : {1, 4}) {
+          // Unequal lengths too, on a sparser grid.
+          const int32_t k = (s % 3 == 0) ? s / 3 + 1 : s;
+          dash::Problem p = make_problem(s, k, m == 1 ? Mask::Full : Mask::Causal, 4, 4 / group, 2, head_dim);
+          if (m == 2) p = windowed(p, 300, 0);
+          for (const Variant& v : variants) {
+            if ((s / 7) % 4 != 0 && v.num_ctas != 132) continue;  // the small-P variants on a quarter of the shapes
+            dash::PlanRequest req{p, dash::Schedule::parse(v.schedule), v.num_ctas, {}, v.mode, nullptr};
+            Outcome fresh;
+            {
+              MemoSwitch off(false);
+              fresh = outcome_of(req);
+            }
+            const Outcome first = outcome_of(req);   // resolves and memoises
+            const Outcome second = outcome_of(req);  // replays
+            const std::string what = p.describe() + ", " + v.schedule + ", " + dash::gqa_mode_name(v.mode) + ", P " +
+                                     std::to_string(v.num_ctas);
+            expect_same(fresh, first, what + " (first)");
+            expect_same(fresh, second, what + " (repeat)");
+            if (::testing::Test::HasFatalFailure()) return;
+            ++compared;
+            if (fresh.error.empty()) ++expected_hits;
+            else ++errors;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 20000);
+  EXPECT_GT(errors, 0) << "no request threw: the error path went untested";
+  EXPECT_EQ(dash::detail::plan_memo_stats().resolution_hits - hits_before, expected_hits);
+}
+
+TEST(PlanForMemo, AutoFastestIsNotMemoised) {
+  dash::clear_template_cache();
+  const dash::PlanRequest req{make_problem(300, 300, Mask::Causal, 4, 1), dash::Schedule::parse("auto-fastest"), 132,
+                              {}, GqaMode::Auto, nullptr};
+  const dash::detail::PlanMemoStats before = dash::detail::plan_memo_stats();
+  const dash::BoundPlan a = dash::plan_for(req), b = dash::plan_for(req);
+  const dash::detail::PlanMemoStats after = dash::detail::plan_memo_stats();
+  EXPECT_EQ(a.unit.get(), b.unit.get());
+  EXPECT_EQ(a.note, b.note);
+  EXPECT_EQ(after.resolution_hits, before.resolution_hits);
+  EXPECT_EQ(after.resolution_misses, before.resolution_misses);
+  EXPECT_EQ(after.resolution_entries, 0);
+}
+
+TEST(PlanForMemo, ClearTemplateCacheEmptiesTheMemos) {
+  dash::plan_for({make_problem(777, 777, Mask::Causal, 4, 1), dash::Schedule::parse("auto"), 132, {}, GqaMode::Auto,
+                  nullptr});
+  EXPECT_GT(dash::detail::plan_memo_stats().resolution_entries, 0);
+  EXPECT_GT(dash::detail::plan_memo_stats().candidate_entries, 0);
+  dash::clear_template_cache();
+  EXPECT_EQ(dash::detail::plan_memo_stats().resolution_entries, 0);
+  EXPECT_EQ(dash::detail::plan_memo_stats().candidate_entries, 0);
+}
+
+TEST(PlanForMemo, ThreadsAgreeWithOneThread) {
+  dash::clear_template_cache();
+  auto request = [](int32_t s) {
+    return dash::PlanRequest{make_problem(s, s, s % 2 ? Mask::Causal : Mask::Full, 8, 2), dash::Schedule::parse("auto"),
+                             s % 3 ? 132 : 2, {}, GqaMode::Auto, nullptr};
+  };
+  std::vector<dash::BoundPlan> expected;
+  {
+    MemoSwitch off(false);
+    for (int32_t s = 1; s <= 600; ++s) expected.push_back(dash::plan_for(request(s)));
+  }
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round)
+        for (int32_t i = 0; i < 600; ++i) {
+          const int32_t s = 1 + (i * 7 + t * 151) % 600;  // each thread in its own order, overlapping
+          const dash::BoundPlan got = dash::plan_for(request(s));
+          const dash::BoundPlan& want = expected[size_t(s - 1)];
+          if (got.unit.get() != want.unit.get() || got.note != want.note ||
+              std::memcmp(&got.header, &want.header, sizeof got.header) != 0)
+            ++mismatches[size_t(t)];
+        }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[size_t(t)], 0) << "thread " << t;
+}
+
+TEST(PlanForMemo, LruMemoKeepsTheMostRecentlyUsed) {
+  dash::detail::LruMemo<int, int, std::hash<int>> memo(2);
+  int v = 0;
+  memo.insert(1, 10);
+  memo.insert(2, 20);
+  EXPECT_TRUE(memo.find(1, &v));  // 1 becomes the most recently used
+  EXPECT_EQ(v, 10);
+  memo.insert(3, 30);  // drops 2
+  EXPECT_EQ(memo.size(), 2u);
+  EXPECT_FALSE(memo.find(2, &v));
+  EXPECT_TRUE(memo.find(1, &v));
+  EXPECT_TRUE(memo.find(3, &v));
+  EXPECT_EQ(v, 30);
+  memo.insert(3, 31);  // replaces
+  EXPECT_TRUE(memo.find(3, &v));
+  EXPECT_EQ(v, 31);
+  EXPECT_EQ(memo.size(), 2u);
+  memo.clear();
+  EXPECT_EQ(memo.size(), 0u);
+}
+
+// ---- plan_for_pack ----
+
+// 1000 sequences of lengths drawn from [1, 2048] (about 790 distinct), 32/8 heads, head dim 128, causal.
+dash::Pack distinct_pack() {
+  std::mt19937 rng(12345);
+  std::uniform_int_distribution<int32_t> uniform(1, 2048);
+  std::vector<int32_t> lengths(1000);
+  for (int32_t& l : lengths) l = uniform(rng);
+  std::vector<int32_t> cu(lengths.size() + 1, 0);
+  std::partial_sum(lengths.begin(), lengths.end(), cu.begin() + 1);
+  dash::Problem p = make_problem(0, 0, Mask::Causal, 32, 8, 1000, 128);
+  return dash::build_pack(p, cu.data(), cu.data());
+}
+
+TEST(PlanForMemo, ARepeatPackResolvesNothingAgain) {
+  const dash::Pack pack = distinct_pack();
+  std::set<std::pair<int32_t, int32_t>> shapes;
+  for (const dash_pack_sequence& s : pack.sequences) shapes.insert({s.seqlen_q, s.seqlen_k});
+  const int64_t distinct = int64_t(shapes.size());
+  ASSERT_GT(distinct, 700);
+  const dash::Schedule schedule = dash::Schedule::parse("auto");
+
+  dash::clear_template_cache();
+  const dash::detail::PlanMemoStats s0 = dash::detail::plan_memo_stats();
+  const dash::VarlenPlan first = dash::plan_for_pack(pack, schedule, 132, GqaMode::Auto);
+  const dash::detail::PlanMemoStats s1 = dash::detail::plan_memo_stats();
+  EXPECT_EQ(s1.table_scans - s0.table_scans, distinct) << "one auto-table scan per distinct shape";
+  EXPECT_EQ(s1.resolution_misses - s0.resolution_misses, distinct);
+  EXPECT_EQ(s1.resolution_hits - s0.resolution_hits, 0);
+
+  const dash::TemplateCacheStats c1 = dash::template_cache_stats();
+  const dash::VarlenPlan again = dash::plan_for_pack(pack, schedule, 132, GqaMode::Auto);
+  const dash::detail::PlanMemoStats s2 = dash::detail::plan_memo_stats();
+  const dash::TemplateCacheStats c2 = dash::template_cache_stats();
+  EXPECT_EQ(s2.table_scans, s1.table_scans) << "a repeat scanned the auto table";
+  EXPECT_EQ(s2.candidate_hits, s1.candidate_hits) << "a repeat looked up auto's candidates";
+  EXPECT_EQ(s2.resolution_misses, s1.resolution_misses);
+  EXPECT_EQ(s2.resolution_hits - s1.resolution_hits, distinct) << "one memo hit per distinct shape";
+  EXPECT_EQ(c2.builds, c1.builds);
+  EXPECT_EQ((c2.hits + c2.builds) - (c1.hits + c1.builds), distinct) << "one template-cache look-up per shape";
+
+  // And the same plan as without the memos.
+  dash::VarlenPlan fresh;
+  {
+    MemoSwitch off(false);
+    fresh = dash::plan_for_pack(pack, schedule, 132, GqaMode::Auto);
+  }
+  for (const dash::VarlenPlan* v : {&first, &again}) {
+    ASSERT_EQ(v->templates.size(), fresh.templates.size());
+    for (size_t t = 0; t < fresh.templates.size(); ++t) {
+      EXPECT_EQ(v->templates[t].unit.get(), fresh.templates[t].unit.get());
+      EXPECT_EQ(std::memcmp(&v->templates[t].header, &fresh.templates[t].header, sizeof(dash_plan_header)), 0);
+      EXPECT_EQ(v->templates[t].note, fresh.templates[t].note);
+    }
+    ASSERT_EQ(v->sequences.size(), fresh.sequences.size());
+    EXPECT_EQ(std::memcmp(v->sequences.data(), fresh.sequences.data(),
+                          fresh.sequences.size() * sizeof(dash_pack_sequence)),
+              0);
+    EXPECT_EQ(v->ticket_chunks, fresh.ticket_chunks);
+    EXPECT_EQ(v->num_tickets, fresh.num_tickets);
+    EXPECT_EQ(v->note, fresh.note);
+  }
+}
+
+}  // namespace
