@@ -111,13 +111,13 @@ struct FwdConfig {
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
 };
 
-// One work tile: a Q tile of one (sequence, query head), with the sequence's lengths and first rows (0 for
+// One work tile: a Q tile of one (sequence, query head), with the sequence's mask and first rows (0 for
 // fixed-length batches, whose tensors address the batch entry instead). index >= num_work_tiles: no more work.
 struct FwdTile {
   int32_t index;
   int32_t m_block, head_q, batch;
-  int32_t seqlen_q, seqlen_k;
   int32_t q_row, k_row;
+  AttentionMask mask;  // the sequence's (its lengths, the window clipped to them)
 };
 
 // Kernel parameters: TMA descriptors (they must live in the kernel's parameter space, hence

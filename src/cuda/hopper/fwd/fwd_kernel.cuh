@@ -63,7 +63,7 @@ struct KvTileRange {
 // pack lists its sequences longest first, each with its heads' Q tiles in the same order.
 template <bool kVarlen, class Config>
 __device__ __forceinline__ FwdTile fwd_tile_at(FwdParams<Config> const& params, int index) {
-  FwdTile tile{index, 0, 0, 0, params.mask.seqlen_q, params.mask.seqlen_k, 0, 0};
+  FwdTile tile{index, 0, 0, 0, 0, 0, params.mask};
   if (index >= params.num_work_tiles) return tile;
   int m_blocks = params.num_m_blocks, local = index;
   if constexpr (kVarlen) {
@@ -72,8 +72,7 @@ __device__ __forceinline__ FwdTile fwd_tile_at(FwdParams<Config> const& params, 
     m_blocks = (seq.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
     local = index - seq.fwd_tile_begin;
     tile.batch = seq.sequence;
-    tile.seqlen_q = seq.seqlen_q;
-    tile.seqlen_k = seq.seqlen_k;
+    tile.mask = params.mask.for_lengths(seq.seqlen_q, seq.seqlen_k);
     tile.q_row = seq.q_row;
     tile.k_row = seq.k_row;
   }
@@ -151,8 +150,8 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
       break;
     }
     int const next = fwd_next_tile(params.tile_counter);
-    AttentionMask const mask = params.mask.for_lengths(tile.seqlen_q, tile.seqlen_k);
-    KvTileRange const range = kv_tile_range<Config>(mask, tile.m_block);
+    // From the producer's own copy (not yet overwritten by the next tile's decoding, below).
+    KvTileRange const range = kv_tile_range<Config>(smem.tile_ahead.mask, smem.tile_ahead.m_block);
     if (range.count() == 0) {  // the consumers write O = 0, LSE = -inf: no data to load
       mbarrier_arrive(&smem.q_full);
       smem.tile_ahead = fwd_tile_at<kVarlen>(params, next);
@@ -160,14 +159,14 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
     }
 
     int const head_kv = tile.head_q / params.group_size;
-    BoxRows const q_box = box_rows<kBlockM>(varlen, tile.batch, tile.q_row, tile.m_block * kBlockM, tile.seqlen_q);
+    BoxRows const q_box = box_rows<kBlockM>(varlen, tile.batch, tile.q_row, tile.m_block * kBlockM, tile.mask.seqlen_q);
     Tensor gQ = local_tile(domain_offset(make_coord(q_box.inner, _0{}), mQ(_, _, tile.head_q, q_box.outer)),
                            Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));  // (kBlockM, kHeadDim)
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                       group_modes<0, 2>(gQ));
     // The KV tile n of this sequence: rows past seqlen_k are zero-filled (and masked by the consumers).
     auto kv_tile = [&](auto const& mT, int n) {
-      BoxRows const box = box_rows<kBlockN>(varlen, tile.batch, tile.k_row, n * kBlockN, tile.seqlen_k);
+      BoxRows const box = box_rows<kBlockN>(varlen, tile.batch, tile.k_row, n * kBlockN, tile.mask.seqlen_k);
       return local_tile(domain_offset(make_coord(box.inner, _0{}), mT(_, _, head_kv, box.outer)),
                         Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
     };
@@ -280,18 +279,18 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     }
     FwdTile const& tile = kVarlen ? smem.tile[q_phase] : fixed_tile;
     if (tile.index >= params.num_work_tiles) break;
-    // The sequence's mask: the kernel parameter itself at fixed length (read in place: a copy made ptxas hoist its
-    // fields into registers and spill), rebuilt where used in a varlen pack rather than held.
+    // The sequence's mask: the kernel parameter itself at fixed length, the record's in a varlen pack, both read in
+    // place (a copy made ptxas hoist its fields into registers and spill).
     KvTileRange range;
     if constexpr (kVarlen) {
-      range = kv_tile_range<Config>(params.mask.for_lengths(tile.seqlen_q, tile.seqlen_k), tile.m_block);
+      range = kv_tile_range<Config>(tile.mask, tile.m_block);
     } else {
       range = kv_tile_range<Config>(params.mask, tile.m_block);
     }
     int const row_base = tile.m_block * kBlockM;
     auto mask_tile = [&](int n) {
       if constexpr (kVarlen) {
-        apply_mask(scores, score_coords, row_base, n * kBlockN, params.mask.for_lengths(tile.seqlen_q, tile.seqlen_k));
+        apply_mask(scores, score_coords, row_base, n * kBlockN, tile.mask);
       } else {
         apply_mask(scores, score_coords, row_base, n * kBlockN, params.mask);
       }
@@ -357,11 +356,11 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     if (get<1>(output_coords(0, 0)) == 0) {  // the lane of each quad that holds column 0 writes the row's LSE
       float* lse_head = params.lse + (kVarlen
                                           ? int64_t(tile.head_q) * params.total_q + tile.q_row
-                                          : (int64_t(tile.batch) * params.heads_q + tile.head_q) * tile.seqlen_q);
+                                          : (int64_t(tile.batch) * params.heads_q + tile.head_q) * tile.mask.seqlen_q);
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         int const row = row_base + get<0>(output_coords(r, 0));
-        if (row < tile.seqlen_q) lse_head[row] = lse[r];
+        if (row < tile.mask.seqlen_q) lse_head[row] = lse[r];
       }
     }
     Tensor rO = make_tensor<Element>(tOrO.layout());
@@ -379,7 +378,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
       // Rows past the sequence's end lie outside the box's bounds: the TMA store drops them.
       constexpr int kRowsO = Config::kRowsPerWarpgroup;
       BoxRows const box = box_rows<kRowsO>(kVarlen, tile.batch, tile.q_row,
-                                           row_base + warpgroup * kRowsO, tile.seqlen_q);
+                                           row_base + warpgroup * kRowsO, tile.mask.seqlen_q);
       Tensor gO = local_tile(domain_offset(make_coord(box.inner, _0{}), mO(_, _, tile.head_q, box.outer)),
                              Shape<Int<kRowsO>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
       auto [tOgO, tOsO] = tma_partition(params.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO),
