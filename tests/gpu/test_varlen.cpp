@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,6 +57,9 @@ struct PackCase {
   dash_mask_kind mask;
   int window_left = -1, window_right = -1;
 };
+
+// gtest prints the case by its name (not its bytes).
+void PrintTo(const PackCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<int32_t> cumulative(const std::vector<int>& lengths) {
   std::vector<int32_t> cu(lengths.size() + 1, 0);
