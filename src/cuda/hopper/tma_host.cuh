@@ -14,30 +14,32 @@
 
 namespace dash::hopper::tma {
 
-// (seqlen, head dim, heads, batch) with element strides; the head dim is contiguous (validated by the APIs).
+// Every descriptor has five modes, so that fixed-length and varlen launches share one TMA type (hopper/varlen.cuh).
+// Fixed length: (seqlen, head dim, heads, batch, 1) with element strides; the head dim is contiguous (validated by
+// the APIs); the last mode is never indexed (its stride, the batch stride, is one TMA accepts).
 template <class Config>
 auto make_gmem_tensor(dash_tensor const& t, int seqlen, int heads, int batch) {
   using namespace cute;
   using Element = typename Config::Element;
   return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data)),
-                     make_layout(make_shape(int32_t(seqlen), Int<Config::kHeadDim>{}, int32_t(heads), int32_t(batch)),
+                     make_layout(make_shape(int32_t(seqlen), Int<Config::kHeadDim>{}, int32_t(heads), int32_t(batch),
+                                            int32_t(1)),
                                  make_stride(int64_t(t.seq_stride), _1{}, int64_t(t.head_stride),
-                                             int64_t(t.batch_stride))));
+                                             int64_t(t.batch_stride), int64_t(t.batch_stride))));
 }
 
-// A packed varlen tensor (total_rows, heads, head_dim) as the ragged view of hopper/varlen.cuh for boxes of kRows
-// rows: (kRows, head dim, heads, total_rows + kRows), both row modes with the row stride, based kRows rows before
-// the first row. The base itself is never dereferenced: every box keeps its in-bounds elements within the tensor.
-template <class Config, int kRows>
-auto make_ragged_gmem_tensor(dash_tensor const& t, int64_t total_rows, int heads) {
+// A packed varlen tensor (total rows, heads, head_dim) as the ragged view of hopper/varlen.cuh: (x, head dim, heads,
+// y, z) with strides (s, 1, head stride, s, 2^34 - s) over the tensor's own base, s the row stride in elements.
+template <class Config>
+auto make_ragged_gmem_tensor(dash_tensor const& t, int heads) {
   using namespace cute;
   using Element = typename Config::Element;
-  Element* base = static_cast<Element*>(t.data) - int64_t(kRows) * t.seq_stride;
-  return make_tensor(make_gmem_ptr(base),
-                     make_layout(make_shape(int32_t(kRows), Int<Config::kHeadDim>{}, int32_t(heads),
-                                            int32_t(total_rows + kRows)),
-                                 make_stride(int64_t(t.seq_stride), _1{}, int64_t(t.head_stride),
-                                             int64_t(t.seq_stride))));
+  constexpr int32_t kLargeExtent = 0x7fff0000;  // y and z: any coordinate the kernels form fits below it
+  return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data)),
+                     make_layout(make_shape(int32_t(1) << 30, Int<Config::kHeadDim>{}, int32_t(heads), kLargeExtent,
+                                            kLargeExtent),
+                                 make_stride(int64_t(t.seq_stride), _1{}, int64_t(t.head_stride), int64_t(t.seq_stride),
+                                             (int64_t(1) << 34) - int64_t(t.seq_stride))));
 }
 
 struct NamedDescriptor {

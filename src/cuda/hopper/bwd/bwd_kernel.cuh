@@ -149,9 +149,10 @@ struct BwdConfig {
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::Int<kDqWarpgroupsM>, cute::Int<kDqWarpgroupsN>, cute::_1>>{}));
 
-  // ---- TMA: global tensors as (seqlen, head dim, heads, batch), element strides ----
-  using GmemShape = cute::Shape<int32_t, cute::Int<kHeadDim>, int32_t, int32_t>;
-  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  // ---- TMA: global tensors as (seqlen, head dim, heads, batch, 1) or a varlen pack's ragged view (hopper/varlen.cuh),
+  // element strides ----
+  using GmemShape = cute::Shape<int32_t, cute::Int<kHeadDim>, int32_t, int32_t, int32_t>;
+  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t, int64_t>;
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
                                                 cute::Layout<GmemShape, GmemStride>{}));
   using TmaLoadQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQStage{}));
@@ -337,8 +338,8 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
     const int band_lo = mask.left_bounded() ? mask.diagonal_offset() - mask.left() : -kUnboundedBand;
     // KV tile n of this sequence (hopper/varlen.cuh: bounded at the sequence's end in a varlen pack).
     auto kv_tile = [&](auto const& mT, int n) {
-      const BoxRows box = box_rows<kBlockN>(varlen, b, work.k_row, n * kBlockN, work.seqlen_k);
-      return local_tile(domain_offset(make_coord(box.inner, _0{}), mT(_, _, head_kv, box.outer)),
+      const BoxRows box = box_rows(varlen, b, work.k_row, n * kBlockN, work.seqlen_k);
+      return local_tile(domain_offset(make_coord(box.x, _0{}), mT(_, _, head_kv, box.y, box.z)),
                         Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
     };
 
@@ -384,9 +385,9 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
                                   work.seqlen_k, band_lo,            band_hi};
         // Release of the record + expected bytes of the four loads (two TMA tiles, two kBlockM-float rows).
         mbarrier_arrive_expect_tx(&s.q_full[st], 2 * Config::kQTileBytes + 2 * Config::kRowFloatsBytes);
-        const BoxRows q_box = box_rows<kBlockM>(varlen, b, work.q_row, vis.q_tile * kBlockM, work.seqlen_q);
+        const BoxRows q_box = box_rows(varlen, b, work.q_row, vis.q_tile * kBlockM, work.seqlen_q);
         auto q_rows = [&](auto const& mT) {
-          return local_tile(domain_offset(make_coord(q_box.inner, _0{}), mT(_, _, head, q_box.outer)),
+          return local_tile(domain_offset(make_coord(q_box.x, _0{}), mT(_, _, head, q_box.y, q_box.z)),
                             Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
         };
         auto [tQgQ, tQsQ] =

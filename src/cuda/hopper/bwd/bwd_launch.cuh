@@ -27,17 +27,16 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
   constexpr int kBlockM = Config::kBlockM;
 
   // TMA descriptors over the caller's strided Q / dO / K / V.
-  // Varlen: ragged views of the packed tensors (hopper/varlen.cuh), one per box height.
+  // Varlen: ragged views of the packed tensors (hopper/varlen.cuh).
   const bool varlen = params.sequences != nullptr;
-  auto rows_of = [&](dash_tensor const& t, int seqlen, int total, int heads, auto box_rows) {
-    constexpr int kRows = decltype(box_rows)::value;
-    return varlen ? tma::make_ragged_gmem_tensor<Config, kRows>(t, total, heads)
+  auto rows_of = [&](dash_tensor const& t, int seqlen, int heads) {
+    return varlen ? tma::make_ragged_gmem_tensor<Config>(t, heads)
                   : tma::make_gmem_tensor<Config>(t, seqlen, heads, params.batch);
   };
-  auto gQ = rows_of(params.q, params.mask.seqlen_q, params.total_q, params.heads_q, Int<kBlockM>{});
-  auto gdO = rows_of(params.dout, params.mask.seqlen_q, params.total_q, params.heads_q, Int<kBlockM>{});
-  auto gK = rows_of(params.k, params.mask.seqlen_k, params.total_k, params.heads_kv, Int<Config::kBlockN>{});
-  auto gV = rows_of(params.v, params.mask.seqlen_k, params.total_k, params.heads_kv, Int<Config::kBlockN>{});
+  auto gQ = rows_of(params.q, params.mask.seqlen_q, params.heads_q);
+  auto gdO = rows_of(params.dout, params.mask.seqlen_q, params.heads_q);
+  auto gK = rows_of(params.k, params.mask.seqlen_k, params.heads_kv);
+  auto gV = rows_of(params.v, params.mask.seqlen_k, params.heads_kv);
   BwdKernelParams<Config> kernel_params{
       params,
       make_tma_copy(SM90_TMA_LOAD{}, gQ, typename Config::SmemLayoutQStage{}),

@@ -98,9 +98,10 @@ struct FwdConfig {
                                  cute::Shape<cute::Int<kRowsPerWarpgroup>, cute::Int<kHeadDim>, cute::Int<kBlockN>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
 
-  // ---- global tensors as TMA sees them: (seqlen, head_dim, heads, batch), strides in elements ----
-  using GmemShape = cute::Shape<int32_t, cute::Int<kHeadDim>, int32_t, int32_t>;
-  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  // ---- global tensors as TMA sees them: (seqlen, head_dim, heads, batch, 1) or the ragged view of a varlen pack
+  // (hopper/varlen.cuh), strides in elements ----
+  using GmemShape = cute::Shape<int32_t, cute::Int<kHeadDim>, int32_t, int32_t, int32_t>;
+  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t, int64_t>;
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
                                                 cute::Layout<GmemShape, GmemStride>{}));
   using TmaLoadQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{}));

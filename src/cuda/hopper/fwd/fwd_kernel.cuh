@@ -159,15 +159,15 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
     }
 
     int const head_kv = tile.head_q / params.group_size;
-    BoxRows const q_box = box_rows<kBlockM>(varlen, tile.batch, tile.q_row, tile.m_block * kBlockM, tile.mask.seqlen_q);
-    Tensor gQ = local_tile(domain_offset(make_coord(q_box.inner, _0{}), mQ(_, _, tile.head_q, q_box.outer)),
+    BoxRows const q_box = box_rows(varlen, tile.batch, tile.q_row, tile.m_block * kBlockM, tile.mask.seqlen_q);
+    Tensor gQ = local_tile(domain_offset(make_coord(q_box.x, _0{}), mQ(_, _, tile.head_q, q_box.y, q_box.z)),
                            Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));  // (kBlockM, kHeadDim)
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                       group_modes<0, 2>(gQ));
     // The KV tile n of this sequence: rows past seqlen_k are zero-filled (and masked by the consumers).
     auto kv_tile = [&](auto const& mT, int n) {
-      BoxRows const box = box_rows<kBlockN>(varlen, tile.batch, tile.k_row, n * kBlockN, tile.mask.seqlen_k);
-      return local_tile(domain_offset(make_coord(box.inner, _0{}), mT(_, _, head_kv, box.outer)),
+      BoxRows const box = box_rows(varlen, tile.batch, tile.k_row, n * kBlockN, tile.mask.seqlen_k);
+      return local_tile(domain_offset(make_coord(box.x, _0{}), mT(_, _, head_kv, box.y, box.z)),
                         Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
     };
 
@@ -377,9 +377,9 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     if (store_leader) {
       // Rows past the sequence's end lie outside the box's bounds: the TMA store drops them.
       constexpr int kRowsO = Config::kRowsPerWarpgroup;
-      BoxRows const box = box_rows<kRowsO>(kVarlen, tile.batch, tile.q_row,
+      BoxRows const box = box_rows(kVarlen, tile.batch, tile.q_row,
                                            row_base + warpgroup * kRowsO, tile.mask.seqlen_q);
-      Tensor gO = local_tile(domain_offset(make_coord(box.inner, _0{}), mO(_, _, tile.head_q, box.outer)),
+      Tensor gO = local_tile(domain_offset(make_coord(box.x, _0{}), mO(_, _, tile.head_q, box.y, box.z)),
                              Shape<Int<kRowsO>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
       auto [tOgO, tOsO] = tma_partition(params.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO),
                                         group_modes<0, 2>(gO));

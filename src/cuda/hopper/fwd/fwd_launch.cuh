@@ -36,14 +36,14 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
 
   kernels::VarlenLaunch const& pack = launch.varlen;
   bool const varlen = pack.sequences != nullptr;
-  // Fixed length: (seqlen, head dim, heads, batch). Varlen: ragged views (hopper/varlen.cuh), one per box height.
-  auto gQ = varlen ? tma::make_ragged_gmem_tensor<Config, Config::kBlockM>(a.q, pack.total_q, pr.heads_q)
+  // Fixed length: (seqlen, head dim, heads, batch, 1). Varlen: ragged views (hopper/varlen.cuh).
+  auto gQ = varlen ? tma::make_ragged_gmem_tensor<Config>(a.q, pr.heads_q)
                    : tma::make_gmem_tensor<Config>(a.q, pr.seqlen_q, pr.heads_q, pr.batch);
-  auto gK = varlen ? tma::make_ragged_gmem_tensor<Config, Config::kBlockN>(a.k, pack.total_k, pr.heads_kv)
+  auto gK = varlen ? tma::make_ragged_gmem_tensor<Config>(a.k, pr.heads_kv)
                    : tma::make_gmem_tensor<Config>(a.k, pr.seqlen_k, pr.heads_kv, pr.batch);
-  auto gV = varlen ? tma::make_ragged_gmem_tensor<Config, Config::kBlockN>(a.v, pack.total_k, pr.heads_kv)
+  auto gV = varlen ? tma::make_ragged_gmem_tensor<Config>(a.v, pr.heads_kv)
                    : tma::make_gmem_tensor<Config>(a.v, pr.seqlen_k, pr.heads_kv, pr.batch);
-  auto gO = varlen ? tma::make_ragged_gmem_tensor<Config, Config::kRowsPerWarpgroup>(a.o, pack.total_q, pr.heads_q)
+  auto gO = varlen ? tma::make_ragged_gmem_tensor<Config>(a.o, pr.heads_q)
                    : tma::make_gmem_tensor<Config>(a.o, pr.seqlen_q, pr.heads_q, pr.batch);
 
   int const num_m_blocks = (pr.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
