@@ -4,6 +4,7 @@
     import dash_attn
     out = dash_attn.attention(q, k, v, causal=True)            # (batch, seqlen, heads, head_dim)
     out = dash_attn.scaled_dot_product_attention(q, k, v, is_causal=True)   # (batch, heads, seqlen, head_dim)
+    out = dash_attn.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=True)  # packed (total, heads, dim)
 
 CUDA tensors (bf16/fp16, Hopper) run the sm_90a kernels; CPU tensors run the library's CPU backend, which is
 slow but follows the same plan orders. GQA/MQA follow from the head counts of q and k/v.
@@ -11,6 +12,12 @@ slow but follows the same plan orders. GQA/MQA follow from the head counts of q 
 Batch invariance: with deterministic=True and the default schedule="auto", a sequence's gradients do not
 depend on the batch it is in, the number of heads in the call or its position in the batch.
 schedule="auto-fastest" may choose differently when those change.
+
+Packed variable-length sequences (attention_varlen, flash_attn_varlen_func: flash-attn's varlen layout, int32
+cu_seqlens): each sequence is computed as the batch-1 problem of its own lengths, so with deterministic=True its
+gradients do not depend on the other sequences of the pack or its position there ("pack invariance"). The library
+reads the lengths on the host: pass cu_seqlens as CPU tensors (CUDA ones are copied to the host, which waits for
+the device). flash_attn_func and flash_attn_varlen_func are flash-attn 2.x's entry points with its semantics.
 """
 from __future__ import annotations
 
@@ -45,8 +52,8 @@ def _version():
 __version__ = _version()
 del _version
 
-__all__ = ["attention", "scaled_dot_product_attention", "flash_attn_func", "check_determinism", "DashError",
-           "SCHEDULES"]
+__all__ = ["attention", "attention_varlen", "scaled_dot_product_attention", "flash_attn_func",
+           "flash_attn_varlen_func", "check_determinism", "DashError", "SCHEDULES"]
 
 try:
     import torch
@@ -54,7 +61,7 @@ except ImportError:  # the C ABI (dash_attn._abi) stays usable without torch
     torch = None
 
 if torch is not None:
-    from ._torch_ops import SCHEDULES, validate
+    from ._torch_ops import SCHEDULES, validate, validate_varlen
     from . import _torch_ops
 
     def attention(q, k, v, causal=False, softmax_scale=None, deterministic=True, schedule="auto",
@@ -167,6 +174,14 @@ if torch is not None:
         Refused with an error naming the argument: dropout_p > 0, softcap != 0, alibi_slopes, and
         return_attn_probs=True (dash_attn never forms the attention matrix flash-attn returns there)."""
         where = "dash_attn.flash_attn_func"
+        _refuse_flash_attn_extras(where, dropout_p, softcap, alibi_slopes, return_attn_probs, "attention")
+        if isinstance(k, torch.Tensor) and k.dim() == 4:
+            window_size = _flash_attn_window(window_size, causal, k.shape[1])
+        return attention(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
+                         window_size=window_size)
+
+    def _refuse_flash_attn_extras(where, dropout_p, softcap, alibi_slopes, return_attn_probs, native):
+        """flash-attn's arguments dash_attn cannot match, refused with their names."""
         if dropout_p != 0.0:
             raise ValueError(f"{where}: dropout_p must be 0.0 (dropout is not supported), got {dropout_p}")
         if softcap != 0.0:
@@ -175,15 +190,83 @@ if torch is not None:
             raise ValueError(f"{where}: alibi_slopes must be None (ALiBi is not supported)")
         if return_attn_probs:
             raise ValueError(f"{where}: return_attn_probs=True is not supported: dash_attn never forms the "
-                             "attention matrix (dash_attn.attention(..., return_lse=True) returns the LSE)")
-        if isinstance(window_size, (tuple, list)) and len(window_size) == 2 and isinstance(k, torch.Tensor) \
-                and k.dim() == 4 and all(isinstance(w, int) and not isinstance(w, bool) for w in window_size):
-            seqlen_k = k.shape[1]
+                             f"attention matrix (dash_attn.{native}(..., return_lse=True) returns the LSE)")
+
+    def _flash_attn_window(window_size, causal, seqlen_k):
+        """The band flash-attn's entry points run: a side >= seqlen_k (max_seqlen_k for varlen) is unbounded (-1),
+        and causal=True makes the right side 0. A malformed window_size is passed on for validate() to name."""
+        if isinstance(window_size, (tuple, list)) and len(window_size) == 2 \
+                and isinstance(seqlen_k, (int, torch.SymInt)) \
+                and all(isinstance(w, int) and not isinstance(w, bool) for w in window_size):
             window_size = tuple(-1 if w >= seqlen_k else w for w in window_size)
             if causal:
                 window_size = (window_size[0], 0)
-        return attention(q, k, v, causal=causal, softmax_scale=softmax_scale, deterministic=deterministic,
-                         window_size=window_size)
+        return window_size
+
+    def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, causal=False,
+                         softmax_scale=None, deterministic=True, schedule="auto", return_lse=False, sm_margin=0,
+                         window_size=(-1, -1)):
+        """attention() over packed variable-length sequences, flash-attn's varlen layout.
+
+        q (total_q, heads_q, head_dim), k / v (total_k, heads_kv, head_dim); sequence s holds query rows
+        [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and key rows [cu_seqlens_k[s], cu_seqlens_k[s + 1]) (int32, 1-D,
+        length batch + 1, from 0, non-decreasing, ending at q.shape[0] / k.shape[0]); lengths may differ between q
+        and k and may be 0. The mask applies per sequence (causal and window_size aligned bottom-right per
+        sequence, as attention() does for one sequence); a query row that sees no key (e.g. its sequence has no
+        keys) gets zero output, LSE -inf and zero gradients. Returns out (total_q, heads_q, head_dim), and with
+        return_lse=True also the LSE (heads_q, total_q), fp32.
+
+        cu_seqlens: the library plans from HOST lengths. CPU tensors are read directly; CUDA tensors are copied
+        to the host once per call, which SYNCHRONISES with the device (pass CPU copies in a hot loop). A pack (and
+        its backward plan) is cached by its lengths, so repeating the same cu_seqlens costs a dict look-up.
+        max_seqlen_q / max_seqlen_k: optional upper bounds, checked against the longest sequences.
+        deterministic, schedule, sm_margin: as attention(); with deterministic=True a sequence's gradients are
+        bitwise the same whatever else is in the pack and wherever it sits.
+        """
+        validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                        schedule, deterministic, sm_margin=sm_margin, window_size=window_size)
+        return _attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                                 softmax_scale, deterministic, schedule, return_lse, sm_margin, tuple(window_size))
+
+    def _attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                          deterministic, schedule, return_lse, sm_margin, window_size):
+        scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        # One host copy of CUDA lengths for the forward and the backward (the ops read host lengths).
+        cu_q = cu_seqlens_q if cu_seqlens_q.device.type == "cpu" else cu_seqlens_q.cpu()
+        cu_k = cu_seqlens_k if cu_seqlens_k.device.type == "cpu" else cu_seqlens_k.cpu()
+        out, lse = _torch_ops.varlen_fwd(q, k, v, cu_q, cu_k, -1 if max_seqlen_q is None else int(max_seqlen_q),
+                                         -1 if max_seqlen_k is None else int(max_seqlen_k), causal, scale,
+                                         bool(deterministic), schedule, int(sm_margin), int(window_size[0]),
+                                         int(window_size[1]))
+        return (out, lse) if return_lse else out
+
+    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                               alibi_slopes=None, deterministic=False, return_attn_probs=False, block_table=None, *,
+                               schedule="auto", sm_margin=0):
+        """flash-attn 2.x's `flash_attn_varlen_func` with its semantics, for the arguments dash_attn supports.
+
+        q (total_q, heads, head_dim), k / v (total_k, heads_kv, head_dim), cu_seqlens_q / cu_seqlens_k int32
+        (batch + 1); returns out of q's shape. max_seqlen_q / max_seqlen_k are upper bounds of the sequence
+        lengths, as flash-attn takes them (checked here: a bound below a sequence's length is an error). As
+        flash-attn's entry point does: a window side >= max_seqlen_k becomes -1 (unbounded), and with causal=True
+        the right side is 0 (the causal mask is aligned bottom-right per sequence). `deterministic` selects
+        dash_attn's deterministic backward (flash-attn's default False runs the faster non-deterministic one; on
+        CPU tensors, which flash-attn does not take, dash_attn's CPU backend needs deterministic=True).
+        cu_seqlens on CUDA are copied to the host once per call (a synchronisation; CPU tensors avoid it).
+        Refused with an error naming the argument: dropout_p > 0, softcap != 0, alibi_slopes,
+        return_attn_probs=True and block_table (paged KV). schedule / sm_margin are dash_attn's (keyword only)."""
+        where = "dash_attn.flash_attn_varlen_func"
+        _refuse_flash_attn_extras(where, dropout_p, softcap, alibi_slopes, return_attn_probs, "attention_varlen")
+        if block_table is not None:
+            raise ValueError(f"{where}: block_table must be None (a paged KV cache is not supported)")
+        for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+            if m is None:  # attention_varlen takes None (no bound); flash-attn needs them
+                raise TypeError(f"{where}: {name} must be an int (an upper bound of the sequence lengths), got None")
+        window_size = _flash_attn_window(window_size, causal, max_seqlen_k)
+        return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
+                                softmax_scale=softmax_scale, deterministic=deterministic, schedule=schedule,
+                                sm_margin=sm_margin, window_size=window_size)
 
     def check_determinism(q, k, v, runs=5, causal=False, deterministic=True, schedule="auto", seed=0,
                           window_size=(-1, -1)):
@@ -212,3 +295,4 @@ else:
         raise ImportError("dash_attn: this function needs PyTorch; only the C ABI (dash_attn._abi) works without it")
 
     attention = scaled_dot_product_attention = check_determinism = _needs_torch
+    attention_varlen = flash_attn_func = flash_attn_varlen_func = _needs_torch

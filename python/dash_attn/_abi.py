@@ -75,18 +75,35 @@ def _tensor_values(t) -> tuple:
     return (t.data_ptr(), stride[0], stride[1], stride[2])
 
 
-def pack_fwd_args(problem: tuple, dtype: int, q, k, v, o, lse_ptr: int, softmax_scale: float) -> FwdArgs:
+def _rows_values(t) -> tuple:
+    """A packed 3-D (total_rows, heads, head_dim) torch tensor of a varlen call as dash_tensor's fields (the
+    batch_stride is unused there: 0)."""
+    stride = t.stride()
+    return (t.data_ptr(), 0, stride[0], stride[1])
+
+
+def pack_fwd_args(problem: tuple, dtype: int, q, k, v, o, lse_ptr: int, softmax_scale: float,
+                  values=_tensor_values) -> FwdArgs:
+    """dash_fwd_args of 4-D tensors, or with values=_rows_values of a varlen call's packed 3-D tensors."""
     return FwdArgs.from_buffer_copy(_FWD_ARGS_FORMAT.pack(
-        *problem, dtype, *_tensor_values(q), *_tensor_values(k), *_tensor_values(v), *_tensor_values(o), lse_ptr,
-        softmax_scale))
+        *problem, dtype, *values(q), *values(k), *values(v), *values(o), lse_ptr, softmax_scale))
 
 
 def pack_bwd_args(problem: tuple, dtype: int, q, k, v, o, dout, lse_ptr: int, dq, dk, dv,
-                  softmax_scale: float) -> BwdArgs:
+                  softmax_scale: float, values=_tensor_values) -> BwdArgs:
+    """dash_bwd_args of 4-D tensors, or with values=_rows_values of a varlen call's packed 3-D tensors."""
     return BwdArgs.from_buffer_copy(_BWD_ARGS_FORMAT.pack(
-        *problem, dtype, *_tensor_values(q), *_tensor_values(k), *_tensor_values(v), *_tensor_values(o),
-        *_tensor_values(dout), lse_ptr, *_tensor_values(dq), *_tensor_values(dk), *_tensor_values(dv), softmax_scale,
-        0))
+        *problem, dtype, *values(q), *values(k), *values(v), *values(o), *values(dout), lse_ptr, *values(dq),
+        *values(dk), *values(dv), softmax_scale, 0))
+
+
+def pack_varlen_fwd_args(problem: tuple, dtype: int, q, k, v, o, lse_ptr: int, softmax_scale: float) -> FwdArgs:
+    return pack_fwd_args(problem, dtype, q, k, v, o, lse_ptr, softmax_scale, _rows_values)
+
+
+def pack_varlen_bwd_args(problem: tuple, dtype: int, q, k, v, o, dout, lse_ptr: int, dq, dk, dv,
+                         softmax_scale: float) -> BwdArgs:
+    return pack_bwd_args(problem, dtype, q, k, v, o, dout, lse_ptr, dq, dk, dv, softmax_scale, _rows_values)
 
 
 def _candidates():
@@ -144,6 +161,29 @@ def _declare(lib):
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
+    # Packed variable-length sequences. A library built before them lacks these: the rest of the binding still works
+    # and the varlen calls say what is missing (require_varlen).
+    i32p = ctypes.POINTER(ctypes.c_int32)
+    varlen = {
+        "dash_pack_create": (c_int, [ctypes.POINTER(Problem), i32p, i32p, ctypes.POINTER(vp)]),
+        "dash_pack_destroy": (None, [vp]),
+        "dash_pack_problem": (c_int, [vp, ctypes.POINTER(Problem)]),
+        "dash_pack_rows": (c_int, [vp, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
+        "dash_fwd_varlen": (c_int, [ctypes.POINTER(FwdArgs), vp, vp, c_size, vp]),
+        "dash_plan_create_varlen": (c_int, [vp, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(vp)]),
+        "dash_cpu_fwd_varlen": (c_int, [ctypes.POINTER(FwdArgs), vp]),
+        "dash_cpu_bwd_varlen": (c_int, [ctypes.POINTER(BwdArgs), vp, ctypes.c_char_p, ctypes.c_int32,
+                                        ctypes.c_int32]),
+    }
+    missing = []
+    for name, (restype, argtypes) in varlen.items():
+        fn = getattr(lib, name, None)
+        if fn is None:
+            missing.append(name)
+        else:
+            fn.restype, fn.argtypes = restype, argtypes
+    global MISSING_VARLEN
+    MISSING_VARLEN = tuple(missing)
 
 
 def _check_layout(lib):
@@ -160,7 +200,15 @@ def _check_layout(lib):
                               f"{ctypes.sizeof(struct_type)}: dash_attn/_abi.py is out of step with itself")
 
 
+MISSING_VARLEN: tuple = ()  # the varlen entry points the loaded library lacks (set by _declare)
 LIB, LIBRARY_PATH = _load()
+
+
+def require_varlen() -> None:
+    """Raises DashError when the loaded library predates packed variable-length sequences."""
+    if MISSING_VARLEN:
+        raise DashError(f"dash_attn: {LIBRARY_PATH} lacks {', '.join(MISSING_VARLEN)}: it was built before varlen "
+                        "support; rebuild it (scripts/build.sh) or point DASH_ATTN_LIBRARY at a current build")
 
 
 def check(status: int) -> None:
@@ -272,3 +320,67 @@ class DevicePlan:
     def __del__(self):
         if getattr(self, "handle", None) and LIB is not None:
             LIB.dash_plan_destroy(self.handle)
+
+
+def _host_int32(name: str, values, count: int):
+    """`values` (bytes-like holding int32, or a sequence of ints) as a ctypes int32[count]; the count is checked here
+    because the library reads exactly `count` of them."""
+    if isinstance(values, (bytes, bytearray, memoryview)):
+        data = bytes(values)
+        if len(data) != 4 * count:
+            raise ValueError(f"dash_attn: {name} must hold batch + 1 = {count} int32 values, got {len(data) // 4}")
+        return (ctypes.c_int32 * count).from_buffer_copy(data)
+    values = [int(x) for x in values]
+    if len(values) != count:
+        raise ValueError(f"dash_attn: {name} must hold batch + 1 = {count} int32 values, got {len(values)}")
+    return (ctypes.c_int32 * count)(*values)
+
+
+class Pack:
+    """A pack of variable-length sequences (dash_pack_t): the problem (batch = number of sequences; its seqlen fields
+    are ignored) and the HOST cumulative lengths cu_seqlens_q / cu_seqlens_k (int32[batch + 1] each, as bytes or a
+    sequence of ints). The library checks them (errors name e.g. cu_seqlens_q[3]; raised as ValueError) and builds
+    the tables its varlen calls read. Owns the handle: close() or garbage collection destroys it."""
+
+    def __init__(self, problem: Problem, cu_seqlens_q, cu_seqlens_k):
+        require_varlen()
+        count = problem.batch + 1
+        if problem.batch < 1:
+            raise ValueError(f"dash_attn: a pack needs at least one sequence (problem.batch = {problem.batch})")
+        cu_q = _host_int32("cu_seqlens_q", cu_seqlens_q, count)
+        cu_k = _host_int32("cu_seqlens_k", cu_seqlens_k, count)
+        handle = ctypes.c_void_p()
+        if LIB.dash_pack_create(ctypes.byref(problem), cu_q, cu_k, ctypes.byref(handle)) != DASH_OK:
+            raise ValueError("dash_attn: " + LIB.dash_last_error().decode())
+        self.handle = handle
+
+    def problem(self) -> Problem:
+        """The pack's problem: the caller's, with seqlen_q / seqlen_k = its longest sequences (dash_pack_problem)."""
+        out = Problem()
+        check(LIB.dash_pack_problem(self.handle, ctypes.byref(out)))
+        return out
+
+    def rows(self) -> tuple:
+        """(total_q, total_k): rows of the packed tensors, cu_seqlens_q[batch] and cu_seqlens_k[batch]."""
+        total_q, total_k = ctypes.c_int64(), ctypes.c_int64()
+        check(LIB.dash_pack_rows(self.handle, ctypes.byref(total_q), ctypes.byref(total_k)))
+        return total_q.value, total_k.value
+
+    def close(self) -> None:
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle and LIB is not None:
+            LIB.dash_pack_destroy(handle)
+
+    def __del__(self):
+        self.close()
+
+
+def varlen_device_plan(pack: Pack, schedule: str, num_ctas: int, gqa_mode: int) -> DevicePlan:
+    """A backward plan for `pack` on the current CUDA device (dash_plan_create_varlen), as a DevicePlan; it keeps the
+    pack alive."""
+    require_varlen()
+    handle = ctypes.c_void_p()
+    check(LIB.dash_plan_create_varlen(pack.handle, schedule.encode(), num_ctas, gqa_mode, ctypes.byref(handle)))
+    plan = DevicePlan.__new__(DevicePlan)
+    plan.handle, plan.workspace_bytes, plan.pack = handle, None, pack
+    return plan

@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""torch.library custom ops `dash_attn::fwd` / `dash_attn::bwd`, their fake (meta) implementations and
-autograd. CUDA tensors run the sm_90a kernels; CPU tensors run the library's CPU backend (fp32, slow, and
-following the same plan orders as the GPU)."""
+"""torch.library custom ops `dash_attn::fwd` / `dash_attn::bwd` and, for packed variable-length sequences,
+`dash_attn::varlen_fwd` / `dash_attn::varlen_bwd`, their fake (meta) implementations and autograd. CUDA tensors
+run the sm_90a kernels; CPU tensors run the library's CPU backend (fp32, slow, and following the same plan orders
+as the GPU)."""
 from __future__ import annotations
 
+import collections
 import ctypes
 import math
 
@@ -21,11 +23,13 @@ _CPU_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def validate(q, k, v, causal, softmax_scale, schedule, deterministic, names=("q", "k", "v"),
-             layout="(batch, seqlen, heads, head_dim)", shown=None, sm_margin=0, window_size=(-1, -1)):
+             layout="(batch, seqlen, heads, head_dim)", shown=None, sm_margin=0, window_size=(-1, -1),
+             allow_empty=False):
     """Raises TypeError / ValueError naming the offending argument, the same for CPU and CUDA tensors.
 
     `names` and `layout` are how the caller calls its tensors, and `shown(t)` the shape the caller passed
-    (wrappers such as scaled_dot_product_attention reorder dimensions before calling attention)."""
+    (wrappers such as scaled_dot_product_attention reorder dimensions before calling attention). allow_empty: tensors
+    with no rows are accepted (a varlen pack whose sequences have no queries or no keys)."""
     shape = shown or (lambda t: tuple(t.shape))
     nq, nk, nv = names
     for name, t in ((nq, q), (nk, k), (nv, v)):
@@ -34,7 +38,7 @@ def validate(q, k, v, causal, softmax_scale, schedule, deterministic, names=("q"
     for name, t in ((nq, q), (nk, k), (nv, v)):
         if t.dim() != 4:
             raise ValueError(f"dash_attn: {name} must be 4-D {layout}, got shape {shape(t)}")
-        if t.numel() == 0:
+        if t.numel() == 0 and not (allow_empty and t.shape[1] == 0 and 0 not in t.shape[2:]):
             raise ValueError(f"dash_attn: {name} is empty (shape {shape(t)})")
         if t.stride(-1) != 1:
             raise ValueError(f"dash_attn: {name} must have a contiguous last dimension (stride 1), got stride {t.stride(-1)}")
@@ -296,3 +300,296 @@ def _backward(ctx, dout, _dlse):
 
 
 torch.library.register_autograd("dash_attn::fwd", _backward, setup_context=_setup_context, lib=_lib)
+
+
+# ---- packed variable-length sequences (varlen) ---------------------------------------------------------------
+# q, dout, o, dq: [total_q, heads_q, head_dim]; k, v, dk, dv: [total_k, heads_kv, head_dim]; sequence s holds query
+# rows [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and key rows [cu_seqlens_k[s], cu_seqlens_k[s + 1]); LSE is
+# [heads_q, total_q] fp32. The library reads the lengths from the HOST: CPU cu_seqlens are read directly, CUDA ones
+# are copied to the host (which waits for the device). max_seqlen_q / max_seqlen_k are upper bounds, checked
+# against the longest sequences (-1: not given).
+_lib.define("varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
+            "int max_seqlen_k, bool causal, float softmax_scale, bool deterministic, str schedule, int sm_margin=0, "
+            "int window_left=-1, int window_right=-1) -> (Tensor, Tensor)")
+_lib.define("varlen_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor cu_seqlens_q, "
+            "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, bool causal, float softmax_scale, "
+            "bool deterministic, str schedule, int sm_margin=0, int window_left=-1, int window_right=-1) -> "
+            "(Tensor, Tensor, Tensor)")
+
+_INT = (int, torch.SymInt)
+
+
+def validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, schedule,
+                    deterministic, sm_margin=0, window_size=(-1, -1)):
+    """validate() for packed tensors, plus the checks of cu_seqlens and max_seqlen that need no values (those that do
+    run in the ops, on the host lengths). Raises TypeError / ValueError naming the argument."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"dash_attn: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 3:
+            rows = "total_q" if name == "q" else "total_k"
+            raise ValueError(f"dash_attn: {name} must be 3-D ({rows}, heads, head_dim) for packed sequences, got "
+                             f"shape {tuple(t.shape)}")
+    # As batch-1 tensors for validate(), which names them with the caller's shapes (theirs less the batch).
+    validate(q[None], k[None], v[None], causal, softmax_scale, schedule, deterministic,
+             layout="(total, heads, head_dim)", shown=lambda t: tuple(t.shape[1:]), sm_margin=sm_margin,
+             window_size=window_size, allow_empty=True)
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"dash_attn: {name} must be a torch.Tensor (int32), got {type(t).__name__}")
+        if t.dtype != torch.int32:
+            raise ValueError(f"dash_attn: {name} must have dtype torch.int32, got {t.dtype}")
+        if t.dim() != 1 or t.shape[0] < 2:
+            raise ValueError(f"dash_attn: {name} must be 1-D of length batch + 1 >= 2, got shape {tuple(t.shape)}")
+        if t.device.type != "cpu" and t.device != q.device:
+            raise ValueError(f"dash_attn: {name} is on {t.device} but q is on {q.device} (pass it on q's device, or "
+                             "on the CPU, which saves a device-to-host copy)")
+    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
+        raise ValueError(f"dash_attn: cu_seqlens_q (length {cu_seqlens_q.shape[0]}) and cu_seqlens_k (length "
+                         f"{cu_seqlens_k.shape[0]}) must both have length batch + 1")
+    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if m is None:
+            continue
+        if isinstance(m, bool) or not isinstance(m, _INT):
+            raise TypeError(f"dash_attn: {name} must be an int, got {type(m).__name__}")
+        if m < 0:
+            raise ValueError(f"dash_attn: {name} must be >= 0, got {m}")
+
+
+# Packs (and the backward plans made for them), by (heads_q, heads_kv, head_dim, mask, host cu_seqlens bytes): a
+# repeated call with the same lengths costs a dict look-up. A small LRU; an entry used during CUDA-graph capture is
+# also kept for the life of the process (the graph reads its device tables).
+PACK_CACHE_SIZE = 64
+_packs: "collections.OrderedDict" = collections.OrderedDict()
+_captured_packs: set = set()
+
+
+class _PackEntry:
+    """A pack (dash_pack_t) with its problem, rows and longest sequences, and the plans made for it."""
+
+    def __init__(self, q, k, causal, window_left, window_right, cu_q: bytes, cu_k: bytes):
+        batch = len(cu_q) // 4 - 1
+        problem = _abi.make_problem(batch, q.shape[1], k.shape[1], 0, 0, q.shape[2], causal, window_left,
+                                    window_right)
+        self.pack = _abi.Pack(problem, cu_q, cu_k)
+        full = self.pack.problem()
+        self.problem = _abi.problem_values(full)
+        self.longest_q, self.longest_k = full.seqlen_q, full.seqlen_k
+        self.total_q, self.total_k = self.pack.rows()
+        self.cu = (cu_q, cu_k)
+        self.empty = self.total_q == 0 or self.total_k == 0  # nothing to compute: zeros (the tensors have no rows)
+        self.fwd_workspace = {}  # dtype -> dash_fwd_workspace_size
+        self.plans = {}  # (schedule, num_ctas, device index) -> DevicePlan
+        self.devices = set()  # CUDA devices it has been used on outside capture (its tables are there)
+
+    def longest(self, side: str) -> tuple:
+        """(length, sequence) of the longest sequence on side "q" or "k" (error messages only)."""
+        cu = torch.frombuffer(bytearray(self.cu[0 if side == "q" else 1]), dtype=torch.int32)
+        lengths = cu[1:] - cu[:-1]
+        s = int(lengths.argmax())
+        return int(lengths[s]), s
+
+
+def _host_cu(name: str, t) -> bytes:
+    """The host bytes of a cu_seqlens tensor; a CUDA tensor is copied to the host (waiting for the device)."""
+    if t.dtype != torch.int32 or t.dim() != 1 or t.shape[0] < 2:
+        raise ValueError(f"dash_attn: {name} must be a 1-D torch.int32 tensor of length batch + 1 >= 2, got "
+                         f"{t.dtype} of shape {tuple(t.shape)}")
+    if t.device.type != "cpu":
+        t = t.cpu()
+    return t.numpy().tobytes()
+
+
+def _pack_entry(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_left,
+                window_right) -> _PackEntry:
+    cu_q, cu_k = _host_cu("cu_seqlens_q", cu_seqlens_q), _host_cu("cu_seqlens_k", cu_seqlens_k)
+    if len(cu_q) != len(cu_k):
+        raise ValueError(f"dash_attn: cu_seqlens_q (length {len(cu_q) // 4}) and cu_seqlens_k (length "
+                         f"{len(cu_k) // 4}) must both have length batch + 1")
+    key = (q.shape[1], k.shape[1], q.shape[2], causal, window_left, window_right, cu_q, cu_k)
+    entry = _packs.get(key)
+    if entry is None:
+        if q.is_cuda and torch.cuda.is_current_stream_capturing():
+            # (nor may an eviction free a pack's device tables during capture)
+            raise RuntimeError(_CAPTURE_NEW_PACK)
+        entry = _PackEntry(q, k, causal, window_left, window_right, cu_q, cu_k)
+        _packs[key] = entry
+        if len(_packs) > PACK_CACHE_SIZE:
+            _packs.popitem(last=False)
+    else:
+        _packs.move_to_end(key)
+    if entry.total_q != q.shape[0]:
+        raise ValueError(f"dash_attn: cu_seqlens_q[-1] = {entry.total_q} must equal the rows of q, q.shape[0] = "
+                         f"{q.shape[0]}")
+    if entry.total_k != k.shape[0] or entry.total_k != v.shape[0]:
+        raise ValueError(f"dash_attn: cu_seqlens_k[-1] = {entry.total_k} must equal the rows of k and v, "
+                         f"k.shape[0] = {k.shape[0]}, v.shape[0] = {v.shape[0]}")
+    for name, given, longest, side in (("max_seqlen_q", max_seqlen_q, entry.longest_q, "q"),
+                                       ("max_seqlen_k", max_seqlen_k, entry.longest_k, "k")):
+        if 0 <= given < longest:
+            length, s = entry.longest(side)
+            raise ValueError(f"dash_attn: {name} = {given} is less than the longest sequence, {length} rows "
+                             f"(sequence {s}: cu_seqlens_{side}[{s + 1}] - cu_seqlens_{side}[{s}]); it must be an "
+                             "upper bound")
+    return entry
+
+
+_CAPTURE_NEW_PACK = ("dash_attn: these cu_seqlens have not been run on this device yet, and a pack's tables cannot "
+                     "be copied to the device during CUDA-graph capture; run the step once eagerly (with the same "
+                     "cu_seqlens) before capturing")
+
+
+def _use_on_device(entry: _PackEntry, device: torch.device) -> None:
+    """The pack's tables are copied to a device on its first use there, which cannot happen during CUDA-graph
+    capture; a pack captured in a graph is kept alive for the process."""
+    if torch.cuda.is_current_stream_capturing():
+        if device.index not in entry.devices:
+            raise RuntimeError(_CAPTURE_NEW_PACK)
+        _captured_packs.add(entry)
+    else:
+        entry.devices.add(device.index)
+
+
+def _varlen_empty(q, k, v):
+    total_q, hq, _ = q.shape
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            torch.empty((hq, total_q), dtype=torch.float32, device=q.device))
+
+
+def _varlen_fwd_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                     deterministic, schedule, sm_margin=0, window_left=-1, window_right=-1):
+    entry = _pack_entry(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_left,
+                        window_right)
+    o, lse = _varlen_empty(q, k, v)
+    if entry.empty:  # no query rows, or no keys at all: O = 0 and LSE = -inf
+        return o.zero_(), lse.fill_(float("-inf"))
+    _use_on_device(entry, q.device)
+    dtype = _GPU_DTYPES[q.dtype]
+    args = _abi.pack_varlen_fwd_args(entry.problem, dtype, q, k, v, o, lse.data_ptr(), softmax_scale)
+    nbytes = entry.fwd_workspace.get(dtype)
+    if nbytes is None:
+        nbytes = entry.fwd_workspace[dtype] = LIB.dash_fwd_workspace_size(ctypes.byref(args))
+    workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+    pack = entry.pack.handle
+    check(_on_device(q.device, lambda stream: LIB.dash_fwd_varlen(ctypes.byref(args), pack, workspace.data_ptr(),
+                                                                  nbytes, stream)))
+    return o, lse
+
+
+def _varlen_fwd_cpu(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                    deterministic, schedule, sm_margin=0, window_left=-1, window_right=-1):
+    entry = _pack_entry(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_left,
+                        window_right)
+    o, lse = _varlen_empty(q, k, v)
+    if entry.empty:
+        return o.zero_(), lse.fill_(float("-inf"))
+    q32, k32, v32 = (t.float().contiguous() for t in (q, k, v))
+    o32 = torch.empty_like(q32)
+    args = _abi.pack_varlen_fwd_args(entry.problem, _abi.DASH_DTYPE_FP32, q32, k32, v32, o32, lse.data_ptr(),
+                                     softmax_scale)
+    check(LIB.dash_cpu_fwd_varlen(ctypes.byref(args), entry.pack.handle))
+    return o32.to(q.dtype), lse
+
+
+def _varlen_grads(q, k, v):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+
+
+def _varlen_bwd_cuda(dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                     softmax_scale, deterministic, schedule, sm_margin=0, window_left=-1, window_right=-1):
+    entry = _pack_entry(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_left,
+                        window_right)
+    dq, dk, dv = _varlen_grads(q, k, v)
+    if entry.empty:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    _use_on_device(entry, q.device)
+    num_ctas = _num_ctas(q.device, sm_margin)
+    plan_key = (schedule, num_ctas, q.device.index)
+    plan = entry.plans.get(plan_key)
+    if plan is None:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("dash_attn: no plan for these cu_seqlens yet, and plans cannot be built during "
+                               "CUDA-graph capture (they copy to the device); run the step once eagerly before "
+                               "capturing")
+        with torch.cuda.device(q.device):
+            plan = entry.plans[plan_key] = _abi.varlen_device_plan(entry.pack, schedule, num_ctas,
+                                                                    _abi.DASH_GQA_AUTO)
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    lse = lse.contiguous()
+    args = _abi.pack_varlen_bwd_args(entry.problem, _GPU_DTYPES[q.dtype], q, k, v, o, dout, lse.data_ptr(), dq, dk,
+                                     dv, softmax_scale)
+    nbytes = plan.workspace_bytes
+    if nbytes is None:
+        nbytes = LIB.dash_bwd_workspace_size(ctypes.byref(args), plan.handle)
+        if nbytes == 0:
+            check(1)
+        plan.workspace_bytes = nbytes
+    workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+    if workspace.data_ptr() % 256 != 0:
+        workspace = torch.empty(nbytes + 256, dtype=torch.uint8, device=q.device)
+    aligned = (workspace.data_ptr() + 255) // 256 * 256
+    handle = plan.handle
+    check(_on_device(q.device, lambda stream: LIB.dash_bwd(ctypes.byref(args), handle, int(deterministic), aligned,
+                                                           nbytes, stream)))
+    return dq, dk, dv
+
+
+def _varlen_bwd_cpu(dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                    softmax_scale, deterministic, schedule, sm_margin=0, window_left=-1, window_right=-1):
+    entry = _pack_entry(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_left,
+                        window_right)
+    if entry.empty:
+        return tuple(g.zero_() for g in _varlen_grads(q, k, v))
+    q32, k32, v32, o32, do32 = (t.float().contiguous() for t in (q, k, v, o, dout))
+    dq, dk, dv = (torch.empty_like(t) for t in (q32, k32, v32))
+    lse = lse.contiguous()
+    args = _abi.pack_varlen_bwd_args(entry.problem, _abi.DASH_DTYPE_FP32, q32, k32, v32, o32, do32, lse.data_ptr(),
+                                     dq, dk, dv, softmax_scale)
+    check(LIB.dash_cpu_bwd_varlen(ctypes.byref(args), entry.pack.handle, schedule.encode(),
+                                  _num_ctas(q.device, sm_margin), _abi.DASH_GQA_AUTO))
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+_lib.impl("varlen_fwd", _varlen_fwd_cuda, "CUDA")
+_lib.impl("varlen_fwd", _varlen_fwd_cpu, "CPU")
+_lib.impl("varlen_bwd", _varlen_bwd_cuda, "CUDA")
+_lib.impl("varlen_bwd", _varlen_bwd_cpu, "CPU")
+varlen_fwd = torch.ops.dash_attn.varlen_fwd.default
+varlen_bwd = torch.ops.dash_attn.varlen_bwd.default
+
+
+@torch.library.register_fake("dash_attn::varlen_fwd", lib=_lib)
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, deterministic,
+      schedule, sm_margin=0, window_left=-1, window_right=-1):
+    total_q, hq, _ = q.shape
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            q.new_empty((hq, total_q), dtype=torch.float32))
+
+
+@torch.library.register_fake("dash_attn::varlen_bwd", lib=_lib)
+def _(dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+      deterministic, schedule, sm_margin=0, window_left=-1, window_right=-1):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+
+
+def _varlen_setup_context(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, deterministic, schedule,
+     sm_margin, *window) = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
+    ctx.max_seqlen = (max_seqlen_q, max_seqlen_k)
+    ctx.causal, ctx.softmax_scale, ctx.deterministic, ctx.schedule = causal, softmax_scale, deterministic, schedule
+    ctx.sm_margin, ctx.window = sm_margin, (tuple(window) + (-1, -1))[:2]
+    ctx.mark_non_differentiable(lse)
+
+
+def _varlen_backward(ctx, dout, _dlse):
+    q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    dq, dk, dv = varlen_bwd(dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlen, ctx.causal,
+                            ctx.softmax_scale, ctx.deterministic, ctx.schedule, ctx.sm_margin, *ctx.window)
+    return (dq, dk, dv) + (None,) * 11
+
+
+torch.library.register_autograd("dash_attn::varlen_fwd", _varlen_backward, setup_context=_varlen_setup_context,
+                                lib=_lib)
