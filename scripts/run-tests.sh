@@ -2,12 +2,14 @@
 # Builds and runs every test: the C++ suites (ctest) and the Python package's (pytest). The GPU suites run
 # where a CUDA device is present and are reported as skipped where none is. The Python tests need PyTorch:
 # if it is missing, the version the H200 machines run (2.11.0) is installed from PyPI with pytest and numpy,
-# into the Python that `python3` runs (system-wide when run as root outside a virtual environment). The
-# script says so first, before the build, with how to avoid it: DASH_SKIP_TORCH_INSTALL=1 (the torch tests
-# are then reported as skipped) or a virtual environment.
+# into the Python that `python3` runs (system-wide when run as root outside a virtual environment), and
+# transformers (5.17.0, for the attn_implementation="dash" tests) where it is missing too. The script says so
+# first, before the build, with how to avoid it: DASH_SKIP_TORCH_INSTALL=1 (the torch tests are then reported
+# as skipped, and transformers is not installed) or a virtual environment.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 torch_version=2.11.0
+transformers_version=5.17.0
 
 importable() { python3 -c "import $1" >/dev/null 2>&1; }
 
@@ -31,11 +33,11 @@ install_torch=0
 if ! importable torch; then
   if [ "${DASH_SKIP_TORCH_INSTALL:-0}" = 1 ]; then
     echo "note: PyTorch is not installed and DASH_SKIP_TORCH_INSTALL=1: the Python torch tests will be reported as"
-    echo "      skipped (pytest and numpy, small, are still installed where missing)"
+    echo "      skipped (pytest and numpy, small, are still installed where missing; transformers is not)"
   else
     install_torch=1
     echo "note: PyTorch is not installed. After the C++ tests, this script installs torch==$torch_version from PyPI"
-    echo "      (and pytest and numpy where missing) into $(python_target),"
+    echo "      (and pytest, numpy and transformers==$transformers_version where missing) into $(python_target),"
     echo "      for the Python tests. torch brings its CUDA libraries: a few GB to download and more on disk."
     echo "      To skip it: DASH_SKIP_TORCH_INSTALL=1 scripts/run-tests.sh (the torch tests are then reported as"
     if in_virtual_environment; then
@@ -57,6 +59,11 @@ fi
 missing=()
 importable pytest || missing+=(pytest)
 importable numpy || missing+=(numpy)
+# transformers (no torch dependency of its own; a few MB with huggingface_hub and tokenizers): the CPU tests of
+# attn_implementation="dash" run tiny random models, a few seconds. Not without torch (those tests skip then).
+if importable torch || [ "$install_torch" = 1 ]; then
+  importable transformers || missing+=("transformers==$transformers_version")
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} for the Python tests into $(python_target)"
   python3 -m pip install --quiet --disable-pip-version-check "${missing[@]}"

@@ -18,11 +18,18 @@ cu_seqlens): each sequence is computed as the batch-1 problem of its own lengths
 gradients do not depend on the other sequences of the pack or its position there ("pack invariance"). The library
 reads the lengths on the host: pass cu_seqlens as CPU tensors (CUDA ones are copied to the host, which waits for
 the device). flash_attn_func and flash_attn_varlen_func are flash-attn 2.x's entry points with its semantics.
+
+Padded batches: attention(q, k, v, key_padding_mask=mask) with a (batch, seqlen) bool mask, True = a real token (the
+convention of flash-attn's bert_padding and of HF's 2-D attention_mask), runs the real tokens through the varlen
+path and pads the output back with zeros. HuggingFace transformers: `import dash_attn.integrations.transformers`
+registers attn_implementation="dash".
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import math
+import weakref
 
 from ._abi import LIBRARY_PATH, DashError  # noqa: F401  (re-exported)
 
@@ -65,7 +72,7 @@ if torch is not None:
     from . import _torch_ops
 
     def attention(q, k, v, causal=False, softmax_scale=None, deterministic=True, schedule="auto",
-                  return_lse=False, sm_margin=0, window_size=(-1, -1)):
+                  return_lse=False, sm_margin=0, window_size=(-1, -1), key_padding_mask=None):
         """softmax(q k^T * scale) v for (batch, seqlen, heads, head_dim) tensors.
 
         causal: bottom-right aligned when seqlen_q != seqlen_k, as FlashAttention does (query i sees key j iff
@@ -80,12 +87,134 @@ if torch is not None:
             (docs/DEADLOCK.md). window_size: FlashAttention's sliding window (left, right): query i sees key j iff
             i + offset - left <= j <= i + offset + right (offset = seqlen_k - seqlen_q), -1 leaving a side
             unbounded; (-1, -1), the default, is no window. With causal=True the right side is 0 (pass -1 or 0).
+        key_padding_mask: None, or a (batch, seqlen) tensor marking the real tokens of a padded batch: True (or 1)
+            keeps a token, False (or 0) is padding, as flash-attn's bert_padding.unpad_input and HF's 2-D
+            attention_mask take it (bool, or an integer dtype holding 0 and 1; a float mask, which PyTorch and HF
+            read as additive with 0 = keep, is refused). One mask for queries and keys, so seqlen_q must equal
+            seqlen_k (self-attention; for anything else pack the sequences for attention_varlen). Each row's real
+            tokens run as one sequence of the varlen path (attention_varlen) and the output is padded back: padded
+            query rows get O = 0 (and LSE -inf), and q, k, v get zero gradients at padded positions. Any pattern
+            is accepted per row (right padding, left padding, holes); causal and window_size then count positions
+            among the row's real tokens, as flash-attn's varlen path does (the same as counting padded positions
+            when a row's real tokens are contiguous). A row's bits are those of the packed call, and therefore the
+            same whatever the other rows hold and however much padding there is (they equal attention() on that
+            row's real tokens alone). The mask is read on the host: a CUDA mask is copied once, which waits for the
+            device (a CPU mask avoids that), and the result is reused while the same, unmodified mask tensor is
+            passed again (a model's layers share one mask).
         Size limits (plan format, index types) are checked before anything is planned or allocated.
         """
         validate(q, k, v, causal, softmax_scale, schedule, deterministic, sm_margin=sm_margin,
                  window_size=window_size)
+        if key_padding_mask is not None:
+            _check_key_padding_mask(key_padding_mask, q, k)
+            return _attention_padded(q, k, v, key_padding_mask, causal, softmax_scale, deterministic, schedule,
+                                     return_lse, sm_margin, tuple(window_size))
         return _attention(q, k, v, causal, softmax_scale, deterministic, schedule, return_lse, sm_margin,
                           tuple(window_size))
+
+    def _check_key_padding_mask(mask, q, k):
+        where = "dash_attn.attention"
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"{where}: key_padding_mask must be a torch.Tensor (batch, seqlen) of bool, True = a "
+                            f"real token, got {type(mask).__name__}")
+        if mask.dtype.is_floating_point or mask.dtype.is_complex:
+            raise ValueError(f"{where}: key_padding_mask must be bool (True = a real token, False = padding) or an "
+                             f"integer 0/1 tensor, got {mask.dtype}: a float mask is additive in PyTorch and HF (0 = "
+                             "keep, -inf = drop), the opposite reading; pass mask.bool() of a 0/1 mask, or (mask == 0) "
+                             "of an additive one")
+        b, sq = q.shape[0], q.shape[1]
+        if q.shape[1] != k.shape[1]:
+            raise ValueError(f"{where}: key_padding_mask needs seqlen_q == seqlen_k (one mask for the queries and the "
+                             f"keys, as in self-attention), got q shape {tuple(q.shape)} and k shape "
+                             f"{tuple(k.shape)}; pack the sequences for dash_attn.attention_varlen instead")
+        if tuple(mask.shape) != (b, sq):
+            raise ValueError(f"{where}: key_padding_mask must have shape (batch, seqlen) = {(b, sq)} for q shape "
+                             f"{tuple(q.shape)}, got {tuple(mask.shape)}")
+        if mask.device.type != "cpu" and mask.device != q.device:
+            raise ValueError(f"{where}: key_padding_mask is on {mask.device} but q is on {q.device} (pass it on q's "
+                             "device, or on the CPU, which saves a device-to-host copy)")
+
+    class _ByTensor:
+        """A small LRU of values worked out on the host from a tensor (a padding mask, cu_seqlens, position ids),
+        keyed by the tensor itself: a model's layers pass the same tensor, so a CUDA one is read from the device once
+        per forward rather than once per layer. An entry serves only while its tensor is alive (a weak reference)
+        and unmodified (its version counter); an inference-mode tensor, which has no version counter, is never
+        cached."""
+
+        def __init__(self, size):
+            self.size, self.entries = size, collections.OrderedDict()
+
+        @staticmethod
+        def _version(t):
+            try:
+                return t._version
+            except RuntimeError:  # inference tensors do not track in-place changes
+                return None
+
+        def get(self, t, extra, compute):
+            key = (id(t), extra)
+            version = self._version(t)
+            hit = self.entries.get(key)
+            if hit is not None and version is not None and hit[0]() is t and hit[1] == version:
+                self.entries.move_to_end(key)
+                return hit[2]
+            value = compute()
+            if version is not None:
+                self.entries[key] = (weakref.ref(t), version, value)
+                while len(self.entries) > self.size:
+                    self.entries.popitem(last=False)
+            return value
+
+    _unpad_cache = _ByTensor(16)
+
+    @torch.compiler.disable
+    def _unpad_info(mask, device, last=None):
+        """(indices, cu_seqlens, longest) of the True entries of a (batch, seqlen) padding mask, or of its last
+        `last` columns: the indices of the real tokens in the flattened (batch * seqlen) rows, int64 on `device`;
+        cu_seqlens int32 on the CPU (the library plans from host lengths); the longest row. Integer masks must hold
+        0 and 1 only. Host work on the mask's values: torch.compile runs it eagerly (one graph break)."""
+        return _unpad_cache.get(mask, (device, last), lambda: _compute_unpad_info(mask, device, last))
+
+    def _compute_unpad_info(mask, device, last):
+        host = mask.detach()
+        host = host if host.device.type == "cpu" else host.cpu()
+        if host.dtype != torch.bool:
+            bad = (host != 0) & (host != 1)
+            if bool(bad.any()):
+                raise ValueError(f"dash_attn: key_padding_mask of dtype {host.dtype} must hold 0 (padding) and 1 (a "
+                                 f"real token) only, got {host[bad][0].item()}")
+            host = host != 0
+        if last is not None:
+            host = host[:, host.shape[1] - last:]
+        lengths = host.sum(1, dtype=torch.int32)
+        cu = torch.zeros(host.shape[0] + 1, dtype=torch.int32)
+        cu[1:] = lengths.cumsum(0)
+        indices = host.reshape(-1).nonzero().reshape(-1)
+        if indices.device != device:
+            indices = indices.to(device)
+        return indices, cu, int(lengths.max()) if lengths.numel() else 0
+
+    def _attention_padded(q, k, v, mask, causal, softmax_scale, deterministic, schedule, return_lse, sm_margin,
+                          window_size, queries_last=False):
+        """attention over the True entries of a (batch, seqlen_k) padding mask, padded back to q's shape.
+        queries_last: seqlen_q may be shorter than seqlen_k, and the queries are the last seqlen_q positions of the
+        mask (a decoding step after left padding, as HF's flash-attention path reads it); by default one mask
+        covers both. Differentiable: index_select gathers the real rows and index_put scatters the output back."""
+        b, sq, hq, d = q.shape
+        sk, hk = k.shape[1], k.shape[2]
+        idx_k, cu_k, max_k = _unpad_info(mask, q.device)
+        idx_q, cu_q, max_q = _unpad_info(mask, q.device, sq) if queries_last and sq != sk else (idx_k, cu_k, max_k)
+        qu = q.reshape(b * sq, hq, d).index_select(0, idx_q)
+        ku = k.reshape(b * sk, hk, d).index_select(0, idx_k)
+        vu = v.reshape(b * sk, hk, d).index_select(0, idx_k)
+        out, lse = _attention_varlen(qu, ku, vu, cu_q, cu_k, max_q, max_k, causal, softmax_scale, deterministic,
+                                     schedule, True, sm_margin, window_size)
+        out = out.new_zeros((b * sq, hq, d)).index_put((idx_q,), out).view(b, sq, hq, d)
+        if not return_lse:
+            return out
+        padded = lse.new_full((hq, b * sq), float("-inf"))
+        padded[:, idx_q] = lse
+        return out, padded.view(hq, b, sq).transpose(0, 1).contiguous()
 
     def _attention(q, k, v, causal, softmax_scale, deterministic, schedule, return_lse, sm_margin=0,
                    window_size=(-1, -1)):

@@ -58,7 +58,6 @@ struct BwdConfig {
   static constexpr int kMmaWarpgroups = 2;  // warpgroup w owns keys [64w, 64w + 64)
   static constexpr int kKeysPerWarpgroup = kBlockN / kMmaWarpgroups;
   static constexpr int kMmaThreads = 128 * kMmaWarpgroups;
-  static constexpr int kMmaWarps = kMmaThreads / 32;
   static constexpr int kThreads = 128 + kMmaThreads;
   // setmaxnreg budgets. They must fit the CTA's pool, 168 x 384 = 64,512 (not the SM's 65,536: the first
   // version asked for 32 x 128 + 240 x 256 = 65,536 and hung in setmaxnreg.inc on its first run).
@@ -219,9 +218,9 @@ struct BwdSmem {
   SegmentRecord segment[2];
   DqHandoff handoff[kDqStages];
   alignas(8) uint64_t kv_full;                     // producer arrive + K/V bytes
-  alignas(8) uint64_t kv_empty;                    // 8 MMA warps: done with the segment's K/V and its record
+  alignas(8) uint64_t kv_empty;                    // 256 MMA threads: done with the segment's K/V and its record
   alignas(8) uint64_t q_full[Config::kQStages];    // producer arrive + Q/dO/LSE2/delta bytes
-  alignas(8) uint64_t q_empty[Config::kQStages];   // 8 MMA warps: done with the stage and its record
+  alignas(8) uint64_t q_empty[Config::kQStages];   // 256 MMA threads: done with the stage and its record
   alignas(8) uint64_t dq_full[kDqStages];          // 256 MMA-thread arrivals: a partial is staged
   alignas(8) uint64_t dq_empty[kDqStages];         // 32 store-warp arrivals: the buffer is drained
   int32_t waits_done;      // store warps -> producer: visits whose dQ wait is satisfied
@@ -345,7 +344,7 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
 
     for (int sgi = 0; sgi < item.num_segments; ++sgi) {
       const dash_segment seg = plan.segment(work, sgi);
-      // WAIT (K/V buffer free): every MMA warp arrived on kv_empty after its last GEMM reading K/V of the
+      // WAIT (K/V buffer free): every MMA thread arrived on kv_empty after its last GEMM reading K/V of the
       // previous segment completed (warpgroup_wait) and after it copied the segment record. The MMA warps
       // only wait on this CTA's producer and store warps, whose waits end (DEADLOCK.md), so this ends too.
       watchdog_wait(&s.kv_empty, kv_phase ^ 1u, kSiteKvEmpty);
@@ -377,7 +376,7 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
         const int head = plan.head_of(work, vis);
         const int accumulator = plan.accumulator(work, head, vis.q_tile);
         const int st = q_state.index;
-        // WAIT (Q stage free): every MMA warp arrived on q_empty[st] after the GEMMs that read this stage
+        // WAIT (Q stage free): every MMA thread arrived on q_empty[st] after the GEMMs that read this stage
         // (two visits ago) completed and after it copied the visit record.
         watchdog_wait(&s.q_empty[st], q_state.phase ^ 1u, kSiteQEmpty);
         s.visit[st] = VisitRecord{head,         int32_t(vis.q_tile), int32_t(vis.dq_rank), int32_t(vis.flags),
@@ -425,7 +424,6 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
   const BwdParams& p = P.base;
   const PlanScheduler plan{p};
-  const bool lane_leader = (threadIdx.x % 32) == 0;
 
   Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQ{});
   Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQ{});
@@ -621,17 +619,17 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       // All GEMMs of this visit complete: Q/dO of the stage, sdS and the RS operands are free.
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdKrdK);
-      // RELEASE (Q stage) to the producer: one arrival per warp, after every lane passed the wait above; the
-      // record was copied to registers at the top.
-      __syncwarp();
-      if (lane_leader) mbarrier_arrive(&s.q_empty[st]);
+      // RELEASE (Q stage) to the producer: every MMA thread arrives after its own last read of the stage (the
+      // GEMMs: the wait above; the record, LSE2 and delta: before it). One arrival per thread, not per warp: a
+      // lane's reads are then ordered before the producer's next write by that lane's own release, which is
+      // what racecheck checks (with one arrival per warp after __syncwarp it reported every read as a hazard).
+      mbarrier_arrive(&s.q_empty[st]);
       q_state.advance();
     }
-    // RELEASE (K/V buffer) to the producer: every GEMM reading K/V completed at the last visit's
-    // warpgroup_wait<0> (or none ran), and the record is in registers. The next segment's K/V load then
-    // overlaps this epilogue.
-    __syncwarp();
-    if (lane_leader) mbarrier_arrive(&s.kv_empty);
+    // RELEASE (K/V buffer) to the producer, one arrival per thread as for the Q stage: every GEMM reading K/V
+    // completed at the last visit's warpgroup_wait<0> (or none ran). The next segment's K/V load then overlaps
+    // this epilogue.
+    mbarrier_arrive(&s.kv_empty);
 
     // ---- segment epilogue: dK / dV of this KV tile (this unit's share) ----
     // The record's slot stays valid until the next segment's kv_empty (see BwdSmem::segment).
@@ -717,10 +715,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     s.waits_done = 0;
     s.items_mma_done = 0;
     mbarrier_init(&s.kv_full, 1);  // the producer's arrive(_expect_tx)
-    mbarrier_init(&s.kv_empty, Config::kMmaWarps);
+    mbarrier_init(&s.kv_empty, Config::kMmaThreads);
     for (int i = 0; i < Config::kQStages; ++i) {
       mbarrier_init(&s.q_full[i], 1);
-      mbarrier_init(&s.q_empty[i], Config::kMmaWarps);
+      mbarrier_init(&s.q_empty[i], Config::kMmaThreads);
     }
     for (int i = 0; i < kDqStages; ++i) {
       mbarrier_init(&s.dq_full[i], Config::kMmaThreads);  // every MMA thread
