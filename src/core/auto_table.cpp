@@ -237,18 +237,7 @@ std::vector<Candidate> auto_candidates_reference(const Problem& problem, TileSha
       best = &row;
     }
   }
-  std::vector<Candidate> out;
-  if (best != nullptr) {
-    std::istringstream words(best->ranking);
-    for (std::string word; words >> word;) out.push_back(parse_candidate(word));
-  }
-  for (Planner p : {Planner::Descending, Planner::Ascending}) {
-    const Candidate c{GqaMode::SplitHeads, p};
-    bool listed = false;
-    for (const Candidate& o : out) listed = listed || o == c;
-    if (!listed) out.push_back(c);
-  }
-  return out;
+  return candidates_of(best);
 }
 
 void set_plan_memo_enabled(bool enabled) { g_memo_enabled.store(enabled, std::memory_order_relaxed); }

@@ -21,23 +21,20 @@
 
 namespace dash::kernels::bwd {
 
-DeviceTemplate::~DeviceTemplate() {
-  if (device_blob == nullptr) return;
+namespace {
+// Frees device memory of `device` from whatever device is current (and leaves that one current).
+void free_on_device(int device, void* blob) {
+  if (blob == nullptr) return;
   int current = 0;
   cudaGetDevice(&current);
   cudaSetDevice(device);
-  cudaFree(device_blob);
+  cudaFree(blob);
   cudaSetDevice(current);
 }
+}  // namespace
 
-VarlenDevicePlan::~VarlenDevicePlan() {
-  if (device_blob == nullptr) return;
-  int current = 0;
-  cudaGetDevice(&current);
-  cudaSetDevice(device);
-  cudaFree(device_blob);
-  cudaSetDevice(current);
-}
+DeviceTemplate::~DeviceTemplate() { free_on_device(device, device_blob); }
+VarlenDevicePlan::~VarlenDevicePlan() { free_on_device(device, device_blob); }
 
 dash_status check_plan(dash_plan_t plan) {
   if (plan == nullptr || (plan->device_template == nullptr && plan->varlen == nullptr)) {

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+// gpu_test_support.hpp — what the backward and varlen GPU suites share: whether a CUDA device is present (GPU tests
+// skip, saying so, without one) and bf16 bits <-> float.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include <cuda_runtime_api.h>
+
+namespace dash::test {
+
+inline bool have_gpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+// Round to nearest even; NaN stays NaN.
+inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+inline float from_bf16(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace dash::test
