@@ -4,7 +4,8 @@
 // awkward length mixes (0, 1, 2, 127, 129, seqlen_q != seqlen_k, a sequence without keys, one without queries),
 // full / causal / window masks, GQA split and packed, head dims 64 and 128; bitwise repeats for every schedule; pack
 // invariance (a sequence's bits alone equal its bits in a permuted pack with neighbours, even when the neighbours
-// hold NaN); the non-deterministic mode within tolerance. Skips, saying so, without a CUDA device.
+// hold NaN); the executed dQ order equals the plan's; the non-deterministic mode within tolerance. Skips, saying so,
+// without a CUDA device.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -23,6 +24,8 @@
 
 #include "dash/attention_mask.hpp"
 #include "dash/dash_attn.h"
+#include "dash/plan.hpp"
+#include "dash/varlen.hpp"
 
 namespace {
 
@@ -445,6 +448,68 @@ TEST(VarlenGpuInvariance, SequenceBitsDoNotDependOnThePack) {
         EXPECT_TRUE(results[0] == results[1]) << what << " " << schedule << ": bits alone != bits second in a pack";
         EXPECT_TRUE(results[0] == results[2]) << what << " " << schedule
                                               << ": bits alone != bits last in a pack of NaN neighbours";
+      }
+    }
+  }
+}
+
+// The executed dQ order of a varlen plan (the kernel's debug order log) equals the plan's: each sequence's template's
+// ranks, with the sequence's tickets and global Q tiles (dash_attn.h, dash_plan_create_varlen).
+TEST(VarlenGpuOrder, ExecutedDqOrderIsThePlans) {
+  SKIP_WITHOUT_GPU();
+  int32_t sms = 0;
+  ASSERT_EQ(dash_usable_sms(&sms), DASH_OK);
+  for (const PackCase& pc : {PackCase{"order_causal", {300, 1, 129, 0, 77}, {300, 1, 129, 40, 200}, 4, 2, 128,
+                                      DASH_MASK_CAUSAL},
+                             PackCase{"order_full", {200, 64, 3}, {130, 64, 257}, 4, 1, 64, DASH_MASK_FULL}}) {
+    const HostPack h(pc, 21);
+    DevicePack d(h);
+    ASSERT_EQ(d.create_pack(), "");
+    const dash::Pack pack = dash::build_pack(dash::Problem::from_c(h.problem()), h.cu_q.data(), h.cu_k.data());
+    for (const char* schedule : {"auto", "shift", "symmetric-shift", "ascending"}) {
+      for (const int gqa : {int(DASH_GQA_SPLIT_HEADS), int(DASH_GQA_PACK_GROUP)}) {
+        const std::string what = pc.name + " " + schedule + " gqa" + std::to_string(gqa);
+        ASSERT_EQ(d.make_plan(schedule, gqa), "") << what;
+        const dash::VarlenPlan vp =
+            dash::plan_for_pack(pack, dash::Schedule::parse(schedule), sms, static_cast<dash::GqaMode>(gqa));
+        const size_t entries = size_t(h.c.heads_q) * vp.total_q_tiles * vp.total_kv_tiles;
+        int64_t* log = nullptr;
+        ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&log), entries * 8), cudaSuccess);
+        cudaMemset(log, 0xff, entries * 8);
+        dash_bwd_args a = d.bwd_args();
+        a.debug_order_log = log;
+        ASSERT_EQ(dash_bwd(&a, d.plan, 1, d.bwd_ws, d.bwd_ws_bytes, nullptr), DASH_OK) << what << dash_last_error();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+        const std::vector<int64_t> executed = host_copy(log, entries);
+        cudaFree(log);
+        std::vector<int64_t> expected(entries, -1);
+        const int G = h.c.heads_q / h.c.heads_kv;
+        for (const dash_pack_sequence& seq : vp.sequences) {
+          if (seq.template_index < 0) continue;
+          const dash::BoundPlan& bound = vp.templates[size_t(seq.template_index)];
+          const dash::Plan& t = bound.unit->plan;
+          const dash_plan_header& th = bound.header;
+          for (int64_t local = 0; local < int64_t(th.num_units) * th.items_per_unit; ++local) {
+            const int64_t ticket = seq.ticket_begin + local;
+            const dash_unit_coords unit =
+                dash_unit_coords_from(th.gqa_mode, h.c.heads_q, h.c.heads_kv, G, t.group_head_by_rank.data(),
+                                      int32_t(local / th.items_per_unit));
+            const dash_item& item = t.items[size_t(local % th.items_per_unit)];
+            for (int sg = item.first_segment; sg < item.first_segment + item.num_segments; ++sg) {
+              const dash_segment& segment = t.segments[size_t(sg)];
+              for (int vi = segment.first_visit; vi < segment.first_visit + segment.num_visits; ++vi) {
+                const dash_visit& v = t.visits[size_t(vi)];
+                const int head = th.gqa_mode == DASH_GQA_PACK_GROUP ? unit.head_kv * G + v.head_in_unit : unit.head_q;
+                const size_t accumulator = size_t(head) * vp.total_q_tiles + seq.q_tile_begin + v.q_tile;
+                expected[accumulator * vp.total_kv_tiles + v.dq_rank] = (ticket << 32) | uint32_t(vi);
+              }
+            }
+          }
+        }
+        size_t mismatches = 0;
+        for (size_t i = 0; i < entries; ++i) mismatches += executed[i] != expected[i];
+        EXPECT_EQ(mismatches, 0u) << what << ": the executed dQ order differs from the plan's in " << mismatches
+                                  << " of " << entries << " log entries";
       }
     }
   }
