@@ -238,7 +238,8 @@ dash_status dash_cpu_bwd_varlen(const dash_bwd_args* args, dash_pack_t pack, con
 const char* const* dash_schedule_names(void);
 
 /* Head dims the kernels are built for, ascending, terminated by 0, in every build (with or without CUDA).
- * The GPU entry points and dash_cpu_fwd / dash_cpu_bwd accept exactly these. */
+ * The GPU entry points and dash_cpu_fwd / dash_cpu_bwd accept exactly these, with dash_problem.head_dim_v 0 or equal
+ * to head_dim (a different value head dim is refused, DASH_ERROR_UNSUPPORTED naming problem.head_dim_v). */
 const int32_t* dash_supported_head_dims(void);
 
 /* Checks from the shape alone, before any planning or allocation, that this library can run `problem`:

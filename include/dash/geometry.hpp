@@ -32,12 +32,14 @@ struct Problem {
   int32_t heads_kv = 1;
   int32_t seqlen_q = 0;
   int32_t seqlen_k = 0;
-  int32_t head_dim = 128;
+  int32_t head_dim = 128;    // of q and k
+  int32_t head_dim_v = 0;    // of v, o, dout, dv; 0 = head_dim
   Mask mask = Mask::Full;
   int32_t window_left = -1;  // Mask::Window only; -1 = unbounded
   int32_t window_right = -1; // Mask::Window only; -1 = unbounded
 
   int32_t group_size() const { return heads_q / heads_kv; }
+  int32_t value_head_dim() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
   dash_problem to_c() const;
   static Problem from_c(const dash_problem& p);
   // Throws dash::Error naming the offending field.
@@ -59,7 +61,8 @@ struct TileShape {
 TileShape default_backward_tiles(int32_t head_dim);
 
 // FLOPs of one attention pass over `p`, the one definition every benchmark uses (shared/docs/benchmark-protocol.md): the
-// forward does 4 * head_dim FLOPs per (query, key) pair per (batch, query head), counting Nq * Nk pairs for the
+// forward does 2 * (head_dim + head_dim_v) FLOPs (4 * head_dim when they are equal) per (query, key) pair per (batch,
+// query head), as FlashAttention counts them, counting Nq * Nk pairs for the
 // full mask, exactly half of that for causal with Nq = Nk (the convention of FA3, the DASH paper and the
 // anchors, so figures compare), and the unmasked pairs exactly otherwise (causal with Nq != Nk, windows); the
 // backward is 2.5 x the forward.

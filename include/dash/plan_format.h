@@ -43,7 +43,9 @@ extern "C" {
 #endif
 
 #define DASH_PLAN_MAGIC 0x48534144u /* "DASH" little-endian */
-#define DASH_PLAN_FORMAT_VERSION 1u
+/* Version 2: dash_problem's last field, reserved (always 0) in version 1, is head_dim_v. A version-1 blob reads as
+ * version 2 with head_dim_v = 0 (the value head dim equal to head_dim). */
+#define DASH_PLAN_FORMAT_VERSION 2u
 
 /* Largest tile index and contribution count a visit can carry (16-bit fields). */
 #define DASH_PLAN_MAX_TILES 65535
@@ -94,7 +96,7 @@ typedef struct dash_problem {
   int32_t mask_kind;    /* dash_mask_kind */
   int32_t window_left;  /* DASH_MASK_WINDOW only; -1 = unbounded */
   int32_t window_right; /* DASH_MASK_WINDOW only; -1 = unbounded */
-  int32_t reserved;
+  int32_t head_dim_v;   /* head dim of v, o, dout, dv (DeepSeek-style MLA: 192 / 128); 0 = head_dim */
 } dash_problem;
 
 /* One claimable work item: consecutive segments, processed by one CTA without interruption. */

@@ -24,7 +24,7 @@ class DashError(RuntimeError):
 class Problem(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int32) for name in (
         "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "mask_kind", "window_left",
-        "window_right", "reserved")]
+        "window_right", "head_dim_v")]
 
 
 class Tensor(ctypes.Structure):
@@ -256,7 +256,7 @@ def make_problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal,
                  window_right=-1) -> Problem:
     kind, left, right = mask_of(causal, window_left, window_right)
     return Problem(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-                   head_dim=head_dim, mask_kind=kind, window_left=left, window_right=right, reserved=0)
+                   head_dim=head_dim, mask_kind=kind, window_left=left, window_right=right, head_dim_v=0)
 
 
 def attention_flops(problem: Problem, backward: bool) -> float:

@@ -182,7 +182,7 @@ def test_cpu_refuses_what_cuda_refuses():
         dash_attn.check_determinism(q, q, q, runs=2, deterministic=False)
     # The C ABI's CPU backend applies the same contract.
     problem = _abi.Problem(batch=1, heads_q=1, heads_kv=1, seqlen_q=8, seqlen_k=8, head_dim=96,
-                           mask_kind=_abi.DASH_MASK_FULL, window_left=-1, window_right=-1, reserved=0)
+                           mask_kind=_abi.DASH_MASK_FULL, window_left=-1, window_right=-1, head_dim_v=0)
     with pytest.raises(ValueError, match="head_dim: 96 is not supported"):
         _abi.check_problem(problem, True)
     assert _abi.SUPPORTED_HEAD_DIMS == (64, 128)
@@ -202,7 +202,7 @@ def test_an_impossible_size_fails_before_any_planning_or_allocation():
     # The backward's kernel limit on (batch, query head) pairs, through the C ABI: refused for a backward,
     # accepted for a forward only.
     problem = _abi.Problem(batch=70000, heads_q=1, heads_kv=1, seqlen_q=64, seqlen_k=64, head_dim=64,
-                           mask_kind=_abi.DASH_MASK_FULL, window_left=-1, window_right=-1, reserved=0)
+                           mask_kind=_abi.DASH_MASK_FULL, window_left=-1, window_right=-1, head_dim_v=0)
     with pytest.raises(ValueError, match="batch x heads_q = 70000"):
         _abi.check_problem(problem, True)
     _abi.check_problem(problem, False)
@@ -277,3 +277,17 @@ def test_a_million_tokens_forward_and_backward(request):
         dk_j, dv_j = dk_ref[j], dv_ref[j]
         close(dk[0, j], dk_j, f"dK key {j}")
         close(dv[0, j], dv_j, f"dV key {j}")
+
+
+def test_a_value_head_dim_other_than_head_dim_is_refused_naming_it():
+    """dash_problem.head_dim_v (C ABI, plan format version 2): 0 or head_dim run; any other value is refused before
+    anything is planned, as DASH_ERROR_UNSUPPORTED naming problem.head_dim_v (no kernel takes 192 / 128 yet)."""
+    problem = _abi.make_problem(1, 2, 2, 64, 64, 128, True)
+    problem.head_dim_v = 0
+    _abi.check_problem(problem, True)
+    problem.head_dim_v = 128
+    _abi.check_problem(problem, True)
+    problem.head_dim_v = 64
+    with pytest.raises(ValueError, match="problem.head_dim_v"):
+        _abi.check_problem(problem, True)
+

@@ -83,6 +83,15 @@ void check_problem(const dash_problem& c, bool needs_backward, bool& unsupported
     throw dash::Error("problem.head_dim", std::to_string(p.head_dim) + " is not supported (supported: " +
                                               head_dims_text() + ")");
   }
+  // The kernels and the CPU backend take one head dim for q, k, v and o today (the ABI carries a second one for
+  // MLA-style 192 / 128 shapes: issue 16).
+  if (p.value_head_dim() != p.head_dim) {
+    unsupported = true;
+    throw dash::Error("problem.head_dim_v", std::to_string(p.head_dim_v) + " differs from head_dim " +
+                                                std::to_string(p.head_dim) +
+                                                "; this build supports only equal head dims (head_dim_v = 0 or " +
+                                                "head_dim)");
+  }
   // Forward: the persistent kernel's work-tile index is 32-bit (128-row query tiles x heads x batch), and the
   // indices its CTAs take run past the last tile by up to the grid size: half the int32 range.
   const int64_t forward_tiles = (int64_t(p.seqlen_q) + 127) / 128 * p.heads_q * p.batch;

@@ -24,6 +24,7 @@ dash_problem Problem::to_c() const {
   p.mask_kind = static_cast<int32_t>(mask);
   p.window_left = window_left;
   p.window_right = window_right;
+  p.head_dim_v = head_dim_v;
   return p;
 }
 
@@ -38,6 +39,7 @@ Problem Problem::from_c(const dash_problem& p) {
   q.mask = static_cast<Mask>(p.mask_kind);
   q.window_left = p.window_left;
   q.window_right = p.window_right;
+  q.head_dim_v = p.head_dim_v;
   return q;
 }
 
@@ -51,6 +53,7 @@ void Problem::validate() const {
   positive("seqlen_q", seqlen_q);
   positive("seqlen_k", seqlen_k);
   positive("head_dim", head_dim);
+  if (head_dim_v < 0) throw Error("head_dim_v", "must be >= 1, or 0 for head_dim, got " + std::to_string(head_dim_v));
   if (heads_q % heads_kv != 0)
     throw Error("heads_kv", "heads_q (" + std::to_string(heads_q) + ") must be a multiple of heads_kv (" +
                                 std::to_string(heads_kv) + ")");
@@ -70,7 +73,9 @@ std::string Problem::describe() const {
   if (heads_kv != heads_q) s << " (kv " << heads_kv << ")";
   s << ", seqlen " << seqlen_q;
   if (seqlen_k != seqlen_q) s << "x" << seqlen_k;
-  s << ", hdim " << head_dim << ", " << mask_name(mask);
+  s << ", hdim " << head_dim;
+  if (value_head_dim() != head_dim) s << " (v " << value_head_dim() << ")";
+  s << ", " << mask_name(mask);
   if (mask == Mask::Window) s << "(" << window_left << "," << window_right << ")";
   return s.str();
 }
@@ -118,7 +123,7 @@ double attention_flops(const Problem& p, Pass pass) {
   } else {
     pairs = double(TileGrid(p, {1, 1}).total_unmasked_pairs());
   }
-  const double forward = 4.0 * p.batch * p.heads_q * p.head_dim * pairs;
+  const double forward = 2.0 * p.batch * p.heads_q * (p.head_dim + p.value_head_dim()) * pairs;
   return pass == Pass::Backward ? 2.5 * forward : forward;
 }
 

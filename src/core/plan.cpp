@@ -437,7 +437,7 @@ Plan Plan::from_blob(const uint8_t* data, size_t size) {
   std::memcpy(&plan.header, data, sizeof plan.header);
   const dash_plan_header& h = plan.header;
   if (h.magic != DASH_PLAN_MAGIC) throw Error("plan", "not a dash-attn plan (bad magic)");
-  if (h.version != DASH_PLAN_FORMAT_VERSION)
+  if (h.version != DASH_PLAN_FORMAT_VERSION && h.version != 1)  // version 1: head_dim_v was reserved (0)
     throw Error("plan", "format version " + std::to_string(h.version) + ", this build reads " +
                             std::to_string(DASH_PLAN_FORMAT_VERSION));
   if (h.total_bytes != size) throw Error("plan", "blob size does not match its header");

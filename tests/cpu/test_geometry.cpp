@@ -131,3 +131,31 @@ TEST(AttentionMask, KeyRangesMatchTheDefinition) {
 }
 
 } // namespace
+
+// dash_problem.head_dim_v (format version 2): 0 means head_dim; FLOPs count 2 * (head_dim + head_dim_v) per pair, as
+// FlashAttention counts separate qk and v head dims; the problem text names a differing value head dim.
+TEST(Geometry, ValueHeadDimDefaultsToHeadDimAndEntersTheFlops) {
+  dash::Problem p;
+  p.batch = 2;
+  p.heads_q = p.heads_kv = 3;
+  p.seqlen_q = p.seqlen_k = 100;
+  p.head_dim = 128;
+  EXPECT_EQ(p.value_head_dim(), 128);
+  const double pairs = 100.0 * 100.0;
+  EXPECT_DOUBLE_EQ(dash::attention_flops(p, dash::Pass::Forward), 4.0 * 2 * 3 * 128 * pairs);
+  p.head_dim = 192;
+  p.head_dim_v = 128;
+  EXPECT_EQ(p.value_head_dim(), 128);
+  EXPECT_DOUBLE_EQ(dash::attention_flops(p, dash::Pass::Forward), 2.0 * 2 * 3 * (192 + 128) * pairs);
+  EXPECT_DOUBLE_EQ(dash::attention_flops(p, dash::Pass::Backward), 2.5 * 2.0 * 2 * 3 * (192 + 128) * pairs);
+  EXPECT_NE(p.describe().find("(v 128)"), std::string::npos) << p.describe();
+  const dash::Problem round_trip = dash::Problem::from_c(p.to_c());
+  EXPECT_EQ(round_trip.head_dim_v, 128);
+  p.head_dim_v = -1;
+  try {
+    p.validate();
+    ADD_FAILURE() << "a negative head_dim_v was accepted";
+  } catch (const dash::Error& e) {
+    EXPECT_EQ(e.argument(), "head_dim_v");
+  }
+}

@@ -18,7 +18,9 @@ using capi::fail;
 
 bool same_problem(const dash_problem& a, const dash_problem& b) {
   return a.batch == b.batch && a.heads_q == b.heads_q && a.heads_kv == b.heads_kv && a.seqlen_q == b.seqlen_q &&
-         a.seqlen_k == b.seqlen_k && a.head_dim == b.head_dim && a.mask_kind == b.mask_kind &&
+         a.seqlen_k == b.seqlen_k && a.head_dim == b.head_dim &&
+         (a.head_dim_v != 0 ? a.head_dim_v : a.head_dim) == (b.head_dim_v != 0 ? b.head_dim_v : b.head_dim) &&
+         a.mask_kind == b.mask_kind &&
          (a.mask_kind != DASH_MASK_WINDOW ||
           (a.window_left == b.window_left && a.window_right == b.window_right));
 }
