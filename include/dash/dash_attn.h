@@ -206,8 +206,9 @@ dash_status dash_fwd_varlen(const dash_fwd_args* args, dash_pack_t pack, void* w
 /* A backward plan for a pack: each sequence gets the unit template dash_plan_create would give a batch-1 problem of
  * its lengths (auto and DASH_GQA_AUTO choose per sequence, from its own shape), ordered longest first. dash_bwd and
  * dash_bwd_workspace_size take it like any plan; their args hold packed tensors and LSE [heads_q, total_q], and
- * debug_order_log is indexed by accumulator (head * total_q_tiles + the sequence's q_tile_begin + q_tile; see
- * dash_pack_sequence) times the longest sequence's KV tile count. */
+ * debug_order_log holds int64[heads_q * total_q_tiles * total_kv_tiles] (the pack's global tiles: the sum over its
+ * sequences of their Q / KV tile counts) and is indexed [accumulator * total_kv_tiles + rank], accumulator = head *
+ * total_q_tiles + the sequence's q_tile_begin + q_tile (dash_pack_sequence). */
 dash_status dash_plan_create_varlen(dash_pack_t pack, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
                                     dash_plan_t* out);
 
