@@ -11,10 +11,11 @@ Packs (seeded; the lengths go into every JSON row):
   windows64k: a stream of such documents cut into 8k-token windows (Llama-3-style pretraining): each window's pieces are
       its sequences.
 FLOPs count the unmasked (query, key) pairs exactly: forward 4 * head_dim * heads_q * sum over sequences of L (L + 1) / 2,
-backward 2.5 times that. cuDNN SDPA takes no varlen input; FA3's kit is built without varlen and FA4 runs in calls of
-its own (shared/docs/fa4-on-h200.md): those rows are not here.
+backward 2.5 times that. cuDNN SDPA takes no varlen input; FA3's kit is built without varlen. --fa4 adds FA4's
+flash_attn_varlen_func (flash_attn.cute, deterministic and not), which must be importable: it needs the two device calls
+of shared/docs/fa4-on-h200.md (scripts/gpu_fa4_site.sh).
 
-    python3 bench/varlen_bench.py --out varlen.jsonl [--no-flex] [--no-padded] [--commit SHA]
+    python3 bench/varlen_bench.py --out varlen.jsonl [--no-flex] [--no-padded] [--fa4] [--commit SHA]
 """
 import argparse
 import json
@@ -66,6 +67,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--no-padded", action="store_true")
+    ap.add_argument("--fa4", action="store_true", help="time FA4's flash_attn_varlen_func too (must be importable)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--commit")
     args = ap.parse_args()
@@ -76,15 +78,33 @@ def main():
     if not args.no_flex:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         flex = torch.compile(flex_attention, dynamic=False)
+    fa4 = None
+    if args.fa4:
+        from flash_attn.cute import flash_attn_varlen_func as fa4  # noqa: N813 (third-party, measured)
     with open(args.out, "a") as out:
         for name, lengths in packs(args.seed):
-            for result in run_pack(name, lengths, env, flex, create_block_mask, not args.no_padded):
+            for result in run_pack(name, lengths, env, flex, create_block_mask, not args.no_padded, fa4):
                 out.write(json.dumps(result) + "\n")
                 out.flush()
             torch.cuda.empty_cache()
 
 
-def run_pack(name, lengths, env, flex, create_block_mask, padded):
+def fa4_varlen(fa4, cu, longest, scale):
+    """FA4's varlen forward as a function of (q, k, v, deterministic), keyword arguments filtered by its signature."""
+    import inspect
+
+    accepted = set(inspect.signature(fa4).parameters)
+    kwargs = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest, max_seqlen_k=longest, softmax_scale=scale,
+                  causal=True)
+
+    def forward(q, k, v, det):
+        o = fa4(q, k, v, **{key: val for key, val in dict(kwargs, deterministic=det).items() if key in accepted})
+        return o[0] if isinstance(o, tuple) else o
+
+    return forward
+
+
+def run_pack(name, lengths, env, flex, create_block_mask, padded, fa4=None):
     total = sum(lengths)
     pairs = sum(n * (n + 1) // 2 for n in lengths)
     fwd_flops = 4.0 * HEAD_DIM * HEADS_Q * pairs
@@ -120,6 +140,14 @@ def run_pack(name, lengths, env, flex, create_block_mask, padded):
                       fwd_flops))
         impls.append(("dash-attn-padded", "deterministic",
                       lambda: ops.bwd(pdo, pq, pk, pv, po, plse, True, scale, True, "auto"), bwd_flops))
+    if fa4 is not None:
+        forward = fa4_varlen(fa4, cu, longest, scale)
+        leaves4 = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        impls.append(("fa4", "forward", lambda: forward(*leaves4, False), fwd_flops))
+        for det in (True, False):
+            out4 = forward(*leaves4, det)
+            impls.append(("fa4", "deterministic" if det else "nondeterministic",
+                          lambda out4=out4: torch.autograd.grad(out4, leaves4, do, retain_graph=True), bwd_flops))
     if flex is not None:
         doc = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"),
                                       torch.tensor(lengths, device="cuda"))
