@@ -9,10 +9,11 @@
 // z = 2^30 the last term is -2^30 rows modulo 2^64 (addresses wrap at 2^64: 2^30 x 2^34 elements x 2 bytes). Row
 // `first` of a sequence of `length` rows starting at packed row row0 is x = 2^30 - length + first, y = row0 +
 // length: the box's rows at and past the sequence's end have x >= 2^30, out of bounds, so TMA loads them as zeros
-// and TMA stores drop them. Every coordinate is non-negative and the base is the tensor's own: a descriptor based before
-// the tensor (tried first) made the TMA unit touch memory there, which faulted where it was unmapped. Neither a neighbouring sequence's values (a NaN there included) nor its
-// rows in memory are ever touched, which makes a sequence's results independent of the pack. Fixed-length tensors
-// use the same five modes as (seqlen, head dim, heads, batch, 1): there the coordinates are (first row, batch, 0).
+// and TMA stores drop them. Every coordinate is non-negative and the base is the tensor's own: a descriptor based
+// before the tensor (tried first) made the TMA unit touch memory there, which faulted where it was unmapped.
+// Neither a neighbouring sequence's values (a NaN there included) nor its rows in memory are ever touched, which
+// makes a sequence's results independent of the pack. Fixed-length tensors use the same five modes as (seqlen,
+// head dim, heads, batch, 1): there the coordinates are (first row, batch, 0).
 #pragma once
 
 #include <cstdint>
