@@ -89,3 +89,11 @@ set_tests_properties(cli.svg_every_cta PROPERTIES LABELS cpu PASS_REGULAR_EXPRES
 add_test(NAME cli.window_not_an_integer COMMAND dash-attn plan --window 256x,0 --seqlen 512 --heads 1)
 set_tests_properties(cli.window_not_an_integer PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "--window: expected two integers L,R, got '256x,0'")
+# A varlen pack: its processing order and one template per sequence shape (a length-0 sequence gets none).
+add_test(NAME cli.plan_varlen COMMAND dash-attn plan --varlen 300,1,129:200,0,77:5,300 --heads 4 --heads-kv 2 --causal
+                                      --hdim 64)
+set_tests_properties(cli.plan_varlen PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "6 sequences, 807 query / 806 key rows.*4 unit templates, 14 tickets.*no queries or no keys")
+add_test(NAME cli.plan_varlen_bad COMMAND dash-attn plan --varlen 3,x)
+set_tests_properties(cli.plan_varlen_bad PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "--varlen: expected comma-separated lengths N or Q:K")

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -53,6 +54,9 @@ inline const std::vector<OptionSpec>& all_options() {
       {"--ctas", "P", "schedule", "co-resident CTAs (default 132, an H200's SMs)"},
       {"--schedule", "NAME", "schedule",
        "ascending | descending | shift | symmetric-shift | auto | auto-fastest (default auto)"},
+      {"--varlen", "LENGTHS", "shape",
+       "a pack of sequences instead of --batch x --seqlen: comma-separated lengths, each N (queries = keys)\n"
+       "or Q:K, e.g. 300,1,129:200 (plan prints the pack's order and one template per sequence shape)"},
       {"--items", "N", "output", "items to print (default 16)"},
       {"--svg", "FILE", "output", "write a Gantt chart of one schedule, one lane per CTA"},
       {"--svg-schedule", "NAME", "output", "the planner the chart shows (default: the fastest)"},
@@ -103,7 +107,8 @@ inline const std::vector<CommandSpec>& all_commands() {
       {"grid", "simulate every planner over the benchmark grid (the default command)",
        joined({"--ctas"}, detail::kCost)},
       {"plan", "build one plan and print it: per-item visit sequences and per-dQ-tile orders",
-       joined(joined(detail::kShape, {"--any-hdim"}), joined(detail::kTiles, {"--ctas", "--schedule", "--items"}))},
+       joined(joined(detail::kShape, {"--any-hdim", "--varlen"}),
+              joined(detail::kTiles, {"--ctas", "--schedule", "--items"}))},
       {"simulate", "compare every planner on one shape: makespan, idle %, speed-up over ascending",
        joined(joined(joined(detail::kShape, {"--any-hdim"}), joined(detail::kTiles, {"--ctas"})),
               joined({"--svg", "--svg-schedule"}, detail::kCost))},
@@ -364,6 +369,36 @@ inline Shape parse_shape(Args& args, bool studies) {
   }
   p.validate();
   return s;
+}
+
+// --varlen LENGTHS: the pack's query and key lengths ("300,1,129:200": N for queries = keys, or Q:K).
+struct VarlenLengths {
+  std::vector<int32_t> q, k;
+};
+inline VarlenLengths parse_varlen(const std::string& text) {
+  VarlenLengths out;
+  const auto number = [&](const std::string& part) {
+    size_t used = 0;
+    long value = -1;
+    try {
+      value = std::stol(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (part.empty() || used != part.size() || value < 0 || value > INT32_MAX)
+      throw Error("--varlen", "expected comma-separated lengths N or Q:K (N >= 0), got '" + text + "'");
+    return int32_t(value);
+  };
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    const size_t colon = item.find(':');
+    out.q.push_back(number(item.substr(0, colon)));
+    out.k.push_back(colon == std::string::npos ? out.q.back() : number(item.substr(colon + 1)));
+    start = end + 1;
+  }
+  return out;
 }
 
 // `dash-attn check` (cli_check.cpp).

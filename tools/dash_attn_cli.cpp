@@ -25,6 +25,7 @@
 
 #include "dash/plan.hpp"
 #include "dash/simulator.hpp"
+#include "dash/varlen.hpp"
 #include "cli_args.hpp"
 
 namespace {
@@ -107,12 +108,69 @@ std::string chosen_by(const Shape& s, int32_t ctas, const dash::CostModel& cost,
   }
 }
 
+// `plan --varlen`: the pack's processing order and, per sequence, the unit template plan_for gives its own shape.
+int plan_varlen(const Shape& s, const std::string& lengths, int32_t ctas, const dash::Schedule& schedule) {
+  if (s.tiles.block_m != dash::default_backward_tiles(s.problem.head_dim).block_m ||
+      s.tiles.block_n != dash::default_backward_tiles(s.problem.head_dim).block_n)
+    throw Error("--varlen", "a pack is planned in the kernels' tiles; drop --block-m / --block-n");
+  const dash::cli::VarlenLengths l = dash::cli::parse_varlen(lengths);
+  std::vector<int32_t> cu_q(1, 0), cu_k(1, 0);
+  for (size_t i = 0; i < l.q.size(); ++i) {
+    cu_q.push_back(int32_t(int64_t(cu_q.back()) + l.q[i]));
+    cu_k.push_back(int32_t(int64_t(cu_k.back()) + l.k[i]));
+  }
+  dash::Problem problem = s.problem;
+  problem.batch = int32_t(l.q.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  const dash::Pack pack = dash::build_pack(problem, cu_q.data(), cu_k.data());
+  const dash::VarlenPlan plan = dash::plan_for_pack(pack, schedule, ctas, s.gqa);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "varlen plan: " << pack.sequences.size() << " sequences, " << pack.total_q() << " query / "
+            << pack.total_k() << " key rows; pack problem " << pack.problem.describe()
+            << " (seqlen: the longest sequence)\n"
+            << "  schedule " << schedule.name() << " on " << ctas << " CTAs: " << plan.templates.size()
+            << " unit templates, " << plan.num_tickets << " tickets, wave " << plan.wave << ", "
+            << plan.total_q_tiles << " Q tiles / " << plan.total_kv_tiles << " KV tiles (" << plan.tiles.block_m
+            << " x " << plan.tiles.block_n << ")\n\n";
+  std::cout << "  order  sequence  seqlen_q  seqlen_k  template  tickets\n";
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const dash_pack_sequence& q = plan.sequences[i];
+    std::string tmpl = "-", tickets = "- (no queries or no keys: zero gradients)";
+    if (q.template_index >= 0) {
+      const dash::BoundPlan& b = plan.templates[size_t(q.template_index)];
+      tmpl = "T" + std::to_string(q.template_index);
+      tickets = "[" + std::to_string(q.ticket_begin) + ", " +
+                std::to_string(int64_t(q.ticket_begin) + int64_t(b.header.num_units) * b.header.items_per_unit) + ")";
+    }
+    std::printf("  %5zu  %8d  %8d  %8d  %8s  %s\n", i, q.sequence, q.seqlen_q, q.seqlen_k, tmpl.c_str(),
+                tickets.c_str());
+  }
+  std::cout << "\n  template  planner            gqa    items/unit  wave\n";
+  for (size_t t = 0; t < plan.templates.size(); ++t) {
+    const dash_plan_header& h = plan.templates[t].header;
+    std::printf("  T%-7zu  %-17s  %-5s  %10d  %4d\n", t,
+                dash::planner_name(static_cast<dash::Planner>(h.planner)),
+                dash::gqa_mode_name(static_cast<dash::GqaMode>(h.gqa_mode)), h.items_per_unit,
+                h.min_coresident_ctas);
+  }
+  if (!plan.note.empty()) std::cout << "\nnote: " << plan.note << "\n";
+  std::cout << "\nplanned in " << fixed(ms, 2) << " ms\n";
+  return 0;
+}
+
 int cmd_plan(Args& args) {
+  // A pack's lengths come from --varlen alone: a --batch or --seqlen beside it would be ignored, so it is refused.
+  for (const char* option : {"--batch", "--seqlen", "--seqlen-k"}) {
+    if (args.has("--varlen") && args.has(option))
+      throw Error(option, "--varlen gives the pack's sequences and their lengths; drop " + std::string(option));
+  }
   const Shape s = parse_shape(args, true);
   const int32_t ctas = args.integer("--ctas", 132);
   const dash::Schedule schedule = dash::Schedule::parse(args.value("--schedule").value_or("auto"));
   const int32_t items = args.integer("--items", 16, 0);
+  const std::optional<std::string> varlen = args.value("--varlen");
   args.expect_all_used();
+  if (varlen) return plan_varlen(s, *varlen, ctas, schedule);
   const auto t0 = std::chrono::steady_clock::now();
   dash::PlanRequest req{s.problem, schedule, ctas, s.tiles, s.gqa, nullptr};
   const dash::Plan plan = dash::build_plan(req);
