@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # gpu_correctness.sh — one device call for correctness: the Python GPU suites (shape sweep, semantics, the CUDA
-# tests, plans in production: CTA counts and sm_margin), the kernels' GoogleTest suites, compute-sanitizer memcheck over the sweep's memcheck sample and racecheck
+# tests, plans in production: CTA counts and sm_margin; varlen, padding and transformers), the kernels' GoogleTest suites, compute-sanitizer memcheck over the sweep's memcheck sample and racecheck
 # on two small backward and three forward cases, and optionally the 1M-token test. Logs go to $OUT (or out/); the last lines printed are a summary.
 #
 #   scripts/gpu_correctness.sh [--build-dir DIR] [--long] [--no-sanitize] [--no-gtest] [--sweep sample|full]
@@ -50,6 +50,7 @@ step single-key 120 python3 "$root/scripts/single_key_gradients.py" --out "$out/
 step sweep-cuda 300 python3 -m pytest -q -rs --durations=5 tests/test_shape_sweep.py -k cuda --sweep "$sweep"
 step semantics 200 python3 -m pytest -q -rs tests/test_semantics.py tests/test_torch_cuda.py
 step production 300 python3 -m pytest -q -rs --durations=3 tests/test_plans_in_production.py
+step varlen 300 python3 -m pytest -q -rs --durations=3 tests/test_varlen.py tests/test_padding_and_transformers.py -k cuda
 if [ "$long" = 1 ]; then
   step long-1m 300 python3 -m pytest -q -rs --durations=3 tests/test_semantics.py -k million --long
 fi
@@ -57,8 +58,9 @@ if [ "$sanitize" = 1 ]; then
   step memcheck-sweep 300 compute-sanitizer --tool memcheck --print-limit 10 \
     python3 -m pytest -q -x tests/test_shape_sweep.py -k cuda --sweep memcheck
   grep -E "ERROR SUMMARY" "$out/memcheck-sweep.log" | tail -1
-  # racecheck (shared-memory hazards) on two small backward cases, one per head dim.
-  race='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d64_causal_auto_det:Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d128_causal_auto_det'
+  # racecheck (shared-memory hazards) on small backward cases, one per head dim, and one with several visits per
+  # segment (stages reused within a segment: what the 113 x 113 cases never do).
+  race='Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d64_causal_auto_det:Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq113_sk113_d128_causal_auto_det:Shapes/BackwardAccuracy.MatchesReference/b2_h2_2_sq300_sk64_d64_full_auto_det'
   step racecheck-bwd 300 compute-sanitizer --tool racecheck --racecheck-report hazard \
     "$build/tests/gpu/dash_gpu_bwd_tests" --gtest_filter="$race"
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$out/racecheck-bwd.log" | tail -1
@@ -69,9 +71,18 @@ if [ "$sanitize" = 1 ]; then
     "$build/tests/gpu/dash_gpu_tests" --gtest_filter="$race"
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$out/racecheck-fwd.log" | tail -1
 fi
+if [ "$sanitize" = 1 ]; then
+  # Varlen packs: memcheck over the small packs, racecheck on a forward and a backward pack.
+  step memcheck-varlen 300 compute-sanitizer --tool memcheck --print-limit 10 "$build/tests/gpu/dash_gpu_varlen_tests" \
+    --gtest_filter='Packs/*mix*:Packs/*uneven*:Packs/*no_keys*:Packs/*window*:VarlenGpuArguments*'
+  step racecheck-varlen 300 compute-sanitizer --tool racecheck --racecheck-report hazard \
+    "$build/tests/gpu/dash_gpu_varlen_tests" \
+    --gtest_filter='Packs/VarlenGpu.ForwardMatchesFloat64/uneven*:Packs/VarlenGpu.BackwardMatchesFloat64AndRepeatsBitwise/uneven_d64_full'
+fi
 if [ "$gtest" = 1 ]; then
   step gtest-forward 200 "$build/tests/gpu/dash_gpu_tests"
   step gtest-backward 300 "$build/tests/gpu/dash_gpu_bwd_tests"
+  step gtest-varlen 300 "$build/tests/gpu/dash_gpu_varlen_tests"
 fi
 echo
 echo "== summary ($(cat "$out/commit.txt" 2>/dev/null))"
