@@ -229,24 +229,28 @@ def _bwd_cuda(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, sched
     dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
     args = _abi.pack_bwd_args(shape.problem, shape.dtype, q, k, v, o, dout, lse.data_ptr(), dq, dk, dv,
                               softmax_scale)
-    plan = shape.plan.handle
-    # The workspace size depends on the problem and the plan only: asked once (the query validates every tensor,
-    # as dash_bwd does again below).
-    nbytes = shape.workspace_bytes
+    _launch_bwd(args, shape.plan.handle, shape, deterministic, q.device)
+    return dq, dk, dv
+
+
+def _launch_bwd(args, plan, cache, deterministic, device):
+    """dash_bwd on the current stream with a workspace from PyTorch's allocator. The workspace size depends on the
+    problem and the plan only: asked once per cached plan (`cache.workspace_bytes`; the query validates every tensor,
+    as dash_bwd does again)."""
+    nbytes = cache.workspace_bytes
     if nbytes is None:
         nbytes = LIB.dash_bwd_workspace_size(ctypes.byref(args), plan)
         if nbytes == 0:
             check(1)
-        shape.workspace_bytes = nbytes
+        cache.workspace_bytes = nbytes
     # The kernels want a 256-byte aligned workspace; PyTorch's CUDA allocator returns 512-byte aligned blocks, so
     # the slack is only asked for when that does not hold.
-    workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+    workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
     if workspace.data_ptr() % 256 != 0:
-        workspace = torch.empty(nbytes + 256, dtype=torch.uint8, device=q.device)
+        workspace = torch.empty(nbytes + 256, dtype=torch.uint8, device=device)
     aligned = (workspace.data_ptr() + 255) // 256 * 256
-    check(_on_device(q.device, lambda stream: LIB.dash_bwd(ctypes.byref(args), plan, int(deterministic), aligned,
-                                                           nbytes, stream)))
-    return dq, dk, dv
+    check(_on_device(device, lambda stream: LIB.dash_bwd(ctypes.byref(args), plan, int(deterministic), aligned,
+                                                         nbytes, stream)))
 
 
 def _bwd_cpu(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0, window_left=-1,
@@ -519,19 +523,7 @@ def _varlen_bwd_cuda(dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seql
     lse = lse.contiguous()
     args = _abi.pack_varlen_bwd_args(entry.problem, _GPU_DTYPES[q.dtype], q, k, v, o, dout, lse.data_ptr(), dq, dk,
                                      dv, softmax_scale)
-    nbytes = plan.workspace_bytes
-    if nbytes is None:
-        nbytes = LIB.dash_bwd_workspace_size(ctypes.byref(args), plan.handle)
-        if nbytes == 0:
-            check(1)
-        plan.workspace_bytes = nbytes
-    workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
-    if workspace.data_ptr() % 256 != 0:
-        workspace = torch.empty(nbytes + 256, dtype=torch.uint8, device=q.device)
-    aligned = (workspace.data_ptr() + 255) // 256 * 256
-    handle = plan.handle
-    check(_on_device(q.device, lambda stream: LIB.dash_bwd(ctypes.byref(args), handle, int(deterministic), aligned,
-                                                           nbytes, stream)))
+    _launch_bwd(args, plan.handle, plan, deterministic, q.device)
     return dq, dk, dv
 
 

@@ -159,7 +159,7 @@ dash_status launch_forward(dash::kernels::FwdLaunch& launch, const dash_fwd_args
   launch.stream = static_cast<cudaStream_t>(cuda_stream);
 
   std::string error;
-  if (launch.varlen.sequences == nullptr && launch.varlen.num_sequences > 0) {
+  if (launch.pack != nullptr) {
     // The pack's tables on this device (the first use here uploads them).
     int device = 0;
     if (cudaError_t status = cudaGetDevice(&device); status != cudaSuccess) {
@@ -206,8 +206,7 @@ dash_status dash_fwd_varlen(const dash_fwd_args* args, dash_pack_t pack, void* w
   dash::kernels::FwdLaunch launch{};
   if (dash_status s = validate(&packed, launch); s != DASH_OK) return s;
   launch.args.problem = pack_problem;
-  launch.pack = pack;
-  launch.varlen.num_sequences = int32_t(p.sequences.size());  // tables resolved on the device in launch_forward
+  launch.pack = pack;  // its tables are resolved on the device in launch_forward
   return launch_forward(launch, args, workspace, workspace_bytes, cuda_stream);
 }
 

@@ -19,7 +19,7 @@ struct VarlenLaunch {
   const dash_pack_sequence* sequences = nullptr;  // processing order
   const int32_t* tile_chunks = nullptr;           // the forward's work-tile chunk table
   int32_t num_sequences = 0;
-  int32_t total_q = 0, total_k = 0;               // rows of the packed tensors
+  int32_t total_q = 0;                            // rows of the packed q / o: the LSE's row stride per head
   int32_t num_tiles = 0;                          // the forward's work tiles
 };
 

@@ -48,7 +48,6 @@ dash_status pack_on_device(dash_pack_t handle, int device, VarlenLaunch& out) {
   out.tile_chunks = reinterpret_cast<const int32_t*>(base + chunks_offset);
   out.num_sequences = int32_t(pack.sequences.size());
   out.total_q = int32_t(pack.total_q());
-  out.total_k = int32_t(pack.total_k());
   out.num_tiles = int32_t(pack.fwd_tiles);
   return DASH_OK;
 }

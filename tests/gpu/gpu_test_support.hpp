@@ -19,6 +19,10 @@ inline bool have_gpu() {
   return n > 0;
 }
 
+// In a test body: skip, saying which suite, where no CUDA device is present.
+#define DASH_SKIP_WITHOUT_GPU(suite) \
+  if (!dash::test::have_gpu()) GTEST_SKIP() << "no CUDA device: " << (suite) << " GPU test skipped"
+
 // Round to nearest even; NaN stays NaN.
 inline uint16_t to_bf16(float f) {
   uint32_t u;

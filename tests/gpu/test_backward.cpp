@@ -24,11 +24,9 @@
 namespace {
 
 using dash::test::from_bf16;
-using dash::test::have_gpu;
 using dash::test::to_bf16;
 
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: backward GPU test skipped"
+#define SKIP_WITHOUT_GPU() DASH_SKIP_WITHOUT_GPU("backward")
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
 

@@ -30,11 +30,9 @@
 namespace {
 
 using dash::test::from_bf16;
-using dash::test::have_gpu;
 using dash::test::to_bf16;
 
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: varlen GPU test skipped"
+#define SKIP_WITHOUT_GPU() DASH_SKIP_WITHOUT_GPU("varlen")
 
 struct PackCase {
   std::string name;

@@ -92,7 +92,7 @@ struct BwdParams {
   const int32_t* q_tile_sequence;   // [num_q_tiles]: position of the sequence owning a global Q tile
   const int32_t* kv_tile_sequence;  // [num_kv_tiles]
   int32_t num_sequences;
-  int32_t total_q, total_k;         // rows of the packed tensors; total_q is the LSE's row stride per head
+  int32_t total_q;                  // rows of the packed q: the LSE's row stride per head
 };
 
 // Byte offsets of the workspace regions (each 256-byte aligned) for a problem and plan.

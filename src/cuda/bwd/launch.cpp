@@ -50,7 +50,6 @@ BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t d
     params.kv_tile_sequence = reinterpret_cast<const int32_t*>(blob + varlen->kv_tile_sequence_offset);
     params.num_sequences = int32_t(varlen->plan.sequences.size());
     params.total_q = varlen->total_q;
-    params.total_k = varlen->total_k;
   } else {
     const uint8_t* blob = static_cast<const uint8_t*>(plan.device_template->device_blob);
     params.items = reinterpret_cast<const dash_item*>(blob + h.items_offset);

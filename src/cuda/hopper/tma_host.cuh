@@ -11,6 +11,7 @@
 #include <cute/tensor.hpp>
 
 #include "dash/dash_attn.h"
+#include "hopper/varlen.cuh"  // kRaggedRows
 
 namespace dash::hopper::tma {
 
@@ -36,7 +37,7 @@ auto make_ragged_gmem_tensor(dash_tensor const& t, int heads) {
   using Element = typename Config::Element;
   constexpr int32_t kLargeExtent = 0x7fff0000;  // y and z: any coordinate the kernels form fits below it
   return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data)),
-                     make_layout(make_shape(int32_t(1) << 30, Int<Config::kHeadDim>{}, int32_t(heads), kLargeExtent,
+                     make_layout(make_shape(kRaggedRows, Int<Config::kHeadDim>{}, int32_t(heads), kLargeExtent,
                                             kLargeExtent),
                                  make_stride(int64_t(t.seq_stride), _1{}, int64_t(t.head_stride), int64_t(t.seq_stride),
                                              (int64_t(1) << 34) - int64_t(t.seq_stride))));
