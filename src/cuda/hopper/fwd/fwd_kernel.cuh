@@ -219,11 +219,16 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
 
   typename Config::MmaQK mma_qk;
   typename Config::MmaPV mma_pv;
+  // Accumulator partitions per thread; shared-memory operands (wgmma descriptors) per warpgroup, sliced by the
+  // warp-uniform `warpgroup` (a shuffle from lane 0, canonical_warp_group_idx) so that ptxas keeps the
+  // descriptors in uniform registers (sliced by the thread index they went through vector registers and R2UR).
   auto thr_qk = mma_qk.get_thread_slice(thread);
   auto thr_pv = mma_pv.get_thread_slice(thread);
-  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // wgmma descriptors of this warpgroup's 64 Q rows
-  Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (.., .., .., stage)
-  Tensor tOrVt = thr_pv.partition_fragment_B(sVt);  // (.., .., .., stage)
+  auto wg_qk = mma_qk.get_slice(warpgroup * 128);
+  auto wg_pv = mma_pv.get_slice(warpgroup * 128);
+  Tensor tSrQ = wg_qk.partition_fragment_A(sQ);   // wgmma descriptors of this warpgroup's 64 Q rows
+  Tensor tSrK = wg_qk.partition_fragment_B(sK);   // (.., .., .., stage)
+  Tensor tOrVt = wg_pv.partition_fragment_B(sVt);  // (.., .., .., stage)
 
   Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // scores, then P in fp32
   Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // output accumulator
