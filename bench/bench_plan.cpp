@@ -5,16 +5,20 @@
 // copy (dash_plan_create) adds one upload per new template, measured by bench/first_call_torch.py on the device.
 //
 //   dash-bench-plan [--out plan.jsonl] [--commit abc1234] [--repeats 5] [--varlen-only]
+//   dash-bench-plan --fresh-varlen-call DISTINCT   (the child: prints the ms of its one plan_for_pack call)
 //
 // First-call times are the median over `repeats` runs, each after clear_template_cache(), so every run builds.
 //
 // Then dash::plan_for_pack on packs of 1000 sequences (32/8 heads, head dim 128, causal, auto, 132 CTAs) with 7, 64
-// and about 800 distinct sequence shapes: the first call (templates built) and a repeat call (every template and
-// every shape's resolution seen before). --varlen-only runs that part alone.
+// and about 800 distinct sequence shapes: the first call of a fresh process (a child process that builds the pack and
+// plans it once: the auto table's index, every memo and template cache empty, the code cold), the first call after
+// clear_template_cache() (memos and templates empty, the process warm), and a repeat call (every template and every
+// shape's resolution seen before). --varlen-only runs that part alone.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <random>
 #include <set>
@@ -75,11 +79,33 @@ dash::Pack varlen_pack(int n, int distinct) {
   return dash::build_pack(p, cu.data(), cu.data());
 }
 
+// The ms of one plan_for_pack call, the first planning of the process.
+double fresh_varlen_call(int distinct) {
+  const dash::Pack pack = varlen_pack(1000, distinct);
+  const auto t0 = std::chrono::steady_clock::now();
+  dash::plan_for_pack(pack, dash::Schedule::parse("auto"), 132, dash::GqaMode::Auto);
+  return ms_since(t0);
+}
+
+// The same in a fresh process: this program run again with --fresh-varlen-call (Linux: /proc/self/exe, read here,
+// since popen's shell would see its own).
+double fresh_process_call(int distinct) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string command = "'" + self + "' --fresh-varlen-call " + std::to_string(distinct);
+  FILE* child = popen(command.c_str(), "r");
+  double ms = -1;
+  if (child == nullptr || std::fscanf(child, "%lf", &ms) != 1) ms = -1;
+  if (child != nullptr && pclose(child) != 0) ms = -1;
+  return ms;
+}
+
 void bench_varlen(FILE* out, const std::string& commit, int repeats) {
-  std::printf("\n%-44s %10s %10s %12s %10s\n", "plan_for_pack (1000 seqs, 32/8, d128, causal)", "shapes", "first ms",
-              "repeat ms", "templates");
+  std::printf("\n%-44s %7s %10s %10s %10s %10s\n", "plan_for_pack (1000 seqs, 32/8, d128, causal)", "shapes",
+              "fresh ms", "first ms", "repeat ms", "templates");
   const dash::Schedule schedule = dash::Schedule::parse("auto");
   for (int distinct : {7, 64, 0}) {
+    std::vector<double> fresh;
+    for (int r = 0; r < repeats; ++r) fresh.push_back(fresh_process_call(distinct));
     const dash::Pack pack = varlen_pack(1000, distinct);
     std::set<std::pair<int32_t, int32_t>> shapes;
     for (const dash_pack_sequence& s : pack.sequences) shapes.insert({s.seqlen_q, s.seqlen_k});
@@ -98,12 +124,13 @@ void bench_varlen(FILE* out, const std::string& commit, int repeats) {
     }
     char name[96];
     std::snprintf(name, sizeof name, "varlen_n1000_shapes%zu_hq32_hkv8_d128_causal", shapes.size());
-    std::printf("%-44s %10zu %10.3f %12.4f %10zu\n", name, shapes.size(), median(first), median(repeat), templates);
+    std::printf("%-44s %7zu %10.3f %10.3f %10.4f %10zu\n", name, shapes.size(), median(fresh), median(first),
+                median(repeat), templates);
     std::fprintf(out,
                  "{\"commit\":\"%s\",\"op\":\"plan_for_pack\",\"config\":\"%s\",\"schedule\":\"auto\","
-                 "\"num_ctas\":132,\"first_call_ms\":%.4f,\"repeat_ms\":%.5f,\"shapes\":%zu,\"templates\":%zu,"
-                 "\"repeats\":%d}\n",
-                 commit.c_str(), name, median(first), median(repeat), shapes.size(), templates, repeats);
+                 "\"num_ctas\":132,\"fresh_process_ms\":%.4f,\"first_call_ms\":%.4f,\"repeat_ms\":%.5f,"
+                 "\"shapes\":%zu,\"templates\":%zu,\"repeats\":%d}\n",
+                 commit.c_str(), name, median(fresh), median(first), median(repeat), shapes.size(), templates, repeats);
   }
 }
 
@@ -120,7 +147,10 @@ int main(int argc, char** argv) {
     else if (a == "--commit") commit = next();
     else if (a == "--repeats") repeats = std::max(1, std::atoi(next().c_str()));
     else if (a == "--varlen-only") varlen_only = true;
-    else {
+    else if (a == "--fresh-varlen-call") {
+      std::printf("%.6f\n", fresh_varlen_call(std::atoi(next().c_str())));
+      return 0;
+    } else {
       std::fprintf(stderr, "usage: dash-bench-plan [--out FILE] [--commit SHA] [--repeats N] [--varlen-only]\n");
       return 2;
     }

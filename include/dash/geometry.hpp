@@ -103,4 +103,12 @@ class TileGrid {
   int32_t num_kv_tiles_ = 0;
 };
 
+// The same problem with the lengths that stand for its tile geometry: the longest seqlen_q, then the longest
+// seqlen_k, whose grid has the same tile counts and every block of the same kind (TileGrid::kind) for the same
+// reasons (seqlen_q, seqlen_k and their difference within the same thresholds, src/core/geometry.cpp). All the lengths
+// of a full or causal geometry get one representative (a window's may get a few), and the mapping is idempotent. The
+// planners and the validator read a problem's lengths only through that geometry, so both lengths give the same unit
+// template: unit templates are keyed on it (template_key, dash/plan.hpp). O(KV tiles), nothing allocated.
+Problem geometry_representative(const Problem& problem, TileShape tiles);
+
 } // namespace dash

@@ -128,8 +128,10 @@ int64_t planner_runs();
 // ---- Unit templates, cached per sequence template ----
 
 // Everything a unit template depends on (dash/plan_format.h, "Units"): never the batch size, the head count or P.
+// The lengths are those of geometry_representative (dash/geometry.hpp): the planners and the validator read lengths
+// only through the kind of each (Q tile, KV tile) block, so lengths of the same tile geometry share one template.
 struct TemplateKey {
-  int32_t seqlen_q = 0, seqlen_k = 0;
+  int32_t seqlen_q = 0, seqlen_k = 0;  // the representative lengths, not necessarily the problem's
   int32_t mask = 0, window_left = -1, window_right = -1;
   int32_t head_dim = 0, block_m = 0, block_n = 0;
   int32_t group_size = 1;
@@ -147,7 +149,8 @@ TemplateKey template_key(const Problem& problem, TileShape tiles, GqaMode mode, 
 // A validated unit template: tables for one unit of the problem (batch 1, one KV head, its group of query heads).
 // Shared by every plan whose problem has the same TemplateKey; immutable once built.
 struct UnitTemplate {
-  Plan plan;                       // header.problem is the one-unit problem; header.num_ctas is unused
+  Plan plan;                       // header.problem is the one-unit problem at the key's (representative)
+                                   // lengths; plan_for binds the real problem; header.num_ctas is unused
   int32_t wave = 1;                // fewest CTAs that must run at once (min_coresident_ctas)
   bool waits_only_backward = false;
   size_t bytes() const;            // host memory it holds
@@ -180,10 +183,11 @@ struct Candidate {
   bool operator==(const Candidate& o) const { return mode == o.mode && planner == o.planner; }
 };
 
-// auto's candidates for this sequence shape, best first, from the offline table (src/core/auto_table.inc): a
-// function of the mask, head dim, GQA group and tile counts only. Every list ends with split-heads descending and
-// ascending, whose waits all target earlier tickets (wave 1), so one candidate always runs. Memoised per (mask, head
-// dim, group, seqlen_q, seqlen_k) (bounded, thread-safe): a shape seen before costs a hash look-up.
+// auto's candidates for this sequence shape, best first, from the offline table (src/core/auto_table.inc): the row
+// nearest to the mask, head dim, GQA group and lengths (in tokens), so a function of those only (never of the batch,
+// the head count or P). Every list ends with split-heads descending and ascending, whose waits all target earlier
+// tickets (wave 1), so one candidate always runs. Memoised per (mask, head dim, group, seqlen_q, seqlen_k) (bounded,
+// thread-safe): a shape seen before costs a hash look-up.
 std::vector<Candidate> auto_candidates(const Problem& problem, TileShape tiles);
 
 // Resolves the schedule, fetches (or builds) the template, and checks it runs on request.num_ctas CTAs. A

@@ -48,7 +48,9 @@ int32_t pack_sequence_at(const std::vector<int32_t>& begins, const std::vector<i
 // The backward plan of a pack.
 struct VarlenPlan {
   std::vector<dash_pack_sequence> sequences;  // the pack's order, backward fields set
-  std::vector<BoundPlan> templates;           // distinct unit templates, as plan_for bound them for batch-1 problems
+  std::vector<BoundPlan> templates;           // distinct unit templates, bound for the batch-1 problem of their
+                                              // representative lengths (TemplateKey); sequence_header binds one
+                                              // for a sequence's own lengths
   std::vector<int32_t> ticket_chunks;         // [ceil(num_tickets / DASH_PACK_CHUNK)]
   std::vector<int32_t> q_tile_sequence;       // [total_q_tiles]: position of the sequence owning a global Q tile
   std::vector<int32_t> kv_tile_sequence;      // [total_kv_tiles]
@@ -57,13 +59,19 @@ struct VarlenPlan {
   TileShape tiles{};
   int32_t wave = 1;           // the largest min_coresident_ctas of its templates
   bool any_split_dkv = false; // some template is split-heads with group_size > 1 (dK/dV accumulators needed)
-  std::string note;           // the templates' notes, once each
+  std::string note;           // the notes of its shapes' plans (auto's choices, generalisations), once each
 };
 
 // One unit template per distinct sequence shape, each resolved by plan_for on the batch-1 problem of that shape with
-// `schedule`, `num_ctas` and `gqa_mode` (auto and DASH_GQA_AUTO decide per sequence, from its own shape). Sequences
+// `schedule`, `num_ctas` and `gqa_mode` (auto and DASH_GQA_AUTO decide per sequence, from its own shape); shapes
+// whose plans share a unit template (lengths of the same tile geometry, TemplateKey) share its index. Sequences
 // with seqlen_q == 0 or seqlen_k == 0 get template_index -1 and no tickets (the kernels write their zero
 // gradients). Throws dash::Error naming the argument.
 VarlenPlan plan_for_pack(const Pack& pack, const Schedule& schedule, int32_t num_ctas, GqaMode gqa_mode);
+
+// The header plan_for gives the batch-1 problem of `sequence` (a record of plan.sequences with a template): its
+// template's, with the sequence's own lengths. Sequences of one template differ only there; the kernels read the
+// lengths from the records, the CPU backend from this header.
+dash_plan_header sequence_header(const VarlenPlan& plan, const Pack& pack, const dash_pack_sequence& sequence);
 
 }  // namespace dash

@@ -202,7 +202,8 @@ void cpu_forward_sequence(const dash::Pack& pack, const dash_pack_sequence& s, f
     std::copy_n(sequence_lse.data() + int64_t(h) * s.seqlen_q, s.seqlen_q, lse + h * total_q + s.q_row);
 }
 
-// A template of a varlen plan as the CPU backend takes it: its tables and its batch-1 header.
+// A template of a varlen plan as the CPU backend takes it: its tables and its batch-1 header (whose lengths each
+// sequence replaces with its own, dash::sequence_header).
 dash::Plan plan_of(const dash::BoundPlan& bound) {
   dash::Plan plan = bound.unit->plan;
   plan.header = bound.header;
@@ -383,7 +384,9 @@ dash_status dash_cpu_bwd_varlen(const dash_bwd_args* args, dash_pack_t pack, con
     plans.reserve(plan.templates.size());
     for (const dash::BoundPlan& bound : plan.templates) plans.push_back(plan_of(bound));
     for (const dash_pack_sequence& s : plan.sequences) {
-      const dash::Plan* sequence_plan = s.template_index >= 0 ? &plans[size_t(s.template_index)] : nullptr;
+      dash::Plan* sequence_plan = s.template_index >= 0 ? &plans[size_t(s.template_index)] : nullptr;
+      // Sequences of one template differ in their lengths: each runs under the header plan_for gives it alone.
+      if (sequence_plan != nullptr) sequence_plan->header = dash::sequence_header(plan, p, s);
       cpu_backward_sequence(p, s, sequence_plan, scale, t, args->lse);
     }
     return DASH_OK;

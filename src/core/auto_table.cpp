@@ -10,9 +10,11 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <sstream>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dash/plan.hpp"
@@ -45,12 +47,19 @@ int32_t table_mask(const Problem& problem) {
   return problem.mask == Mask::Window ? DASH_MASK_CAUSAL : int32_t(problem.mask);
 }
 
-Candidate parse_candidate(const std::string& word) {
+// One word of a ranking, "mode/planner".
+Candidate parse_candidate(std::string_view word) {
   const size_t slash = word.find('/');
   Candidate c;
   c.mode = word.substr(0, slash) == "pack" ? GqaMode::PackGroup : GqaMode::SplitHeads;
-  c.planner = Schedule::parse(word.substr(slash + 1)).planner;
-  return c;
+  const std::string_view name = word.substr(slash == std::string_view::npos ? word.size() : slash + 1);
+  for (Planner p : all_planners()) {
+    if (name == planner_name(p)) {
+      c.planner = p;
+      return c;
+    }
+  }
+  throw std::logic_error("auto_table.inc: unknown planner '" + std::string(name) + "'");
 }
 
 // A row's ranking (none: an empty one), then the two plans whose waits all target earlier tickets (wave 1), one of
@@ -58,8 +67,12 @@ Candidate parse_candidate(const std::string& word) {
 std::vector<Candidate> candidates_of(const AutoTableRow* row) {
   std::vector<Candidate> out;
   if (row != nullptr) {
-    std::istringstream words(row->ranking);
-    for (std::string word; words >> word;) out.push_back(parse_candidate(word));
+    const std::string_view ranking = row->ranking;
+    for (size_t at = ranking.find_first_not_of(' '); at != std::string_view::npos;) {
+      const size_t end = std::min(ranking.find(' ', at), ranking.size());
+      out.push_back(parse_candidate(ranking.substr(at, end - at)));
+      at = ranking.find_first_not_of(' ', end);
+    }
   }
   for (Planner p : {Planner::Descending, Planner::Ascending}) {
     const Candidate c{GqaMode::SplitHeads, p};
@@ -73,7 +86,8 @@ std::vector<Candidate> candidates_of(const AutoTableRow* row) {
 constexpr size_t kRows = sizeof(kAutoTable) / sizeof(kAutoTable[0]);
 
 // The table's columns as positions into their distinct values, its rows in blocks of one (mask, head dim, group),
-// and every row's candidate list, parsed once.
+// and every row's candidate list, parsed once when a problem first takes the row: a process takes a handful of the
+// rows, and parsing all of them (thousands of words) was most of a process's first plan_for.
 struct TableIndex {
   static constexpr size_t kMaxDistinct = 64;       // per column, and blocks per mask: the table has 2, 4, 12 and 8
   std::vector<int32_t> head_dims, groups, lengths;  // distinct values; lengths serve seqlen_q and seqlen_k
@@ -86,8 +100,14 @@ struct TableIndex {
     uint16_t head, group;    // positions in head_dims, groups
     std::vector<Row> rows;   // table order
   };
-  std::vector<Block> blocks;                       // in order of their first row
-  std::vector<std::vector<Candidate>> candidates;  // [kRows + 1]: each row's list, then the list of no row
+  std::vector<Block> blocks;  // in order of their first row
+
+  // Row `row`'s list (kRows: the list of no row). Thread-safe.
+  const std::vector<Candidate>& candidates(size_t row) const {
+    Parsed& p = parsed_[row];
+    std::call_once(p.once, [&] { p.list = candidates_of(row < kRows ? &kAutoTable[row] : nullptr); });
+    return p.list;
+  }
 
   static uint16_t position(std::vector<int32_t>& values, int32_t v) {
     for (size_t i = 0; i < values.size(); ++i)
@@ -98,7 +118,6 @@ struct TableIndex {
   }
 
   TableIndex() {
-    candidates.reserve(kRows + 1);
     for (size_t i = 0; i < kRows; ++i) {
       const AutoTableRow& r = kAutoTable[i];
       const uint16_t head = position(head_dims, r.head_dim), group = position(groups, r.group_size);
@@ -107,11 +126,16 @@ struct TableIndex {
       });
       if (block == blocks.end()) block = blocks.insert(blocks.end(), Block{r.mask, head, group, {}});
       block->rows.push_back({uint32_t(i), position(lengths, r.seqlen_q), position(lengths, r.seqlen_k)});
-      candidates.push_back(candidates_of(&r));
     }
-    candidates.push_back(candidates_of(nullptr));
     if (blocks.size() > kMaxDistinct) throw std::logic_error("auto_table.inc: more blocks than kMaxDistinct");
   }
+
+ private:
+  struct Parsed {
+    std::once_flag once;
+    std::vector<Candidate> list;
+  };
+  std::unique_ptr<Parsed[]> parsed_ = std::make_unique<Parsed[]>(kRows + 1);
 };
 
 const TableIndex& table_index() {
@@ -122,6 +146,39 @@ const TableIndex& table_index() {
 std::atomic<int64_t> g_table_scans{0};
 std::atomic<int64_t> g_candidate_hits{0};
 std::atomic<bool> g_memo_enabled{true};
+
+// The mask's blocks by increasing lower bound (insertion sort: a handful), with their head and group distances. The
+// same for every length: each thread keeps the last it took (a pack asks for one, once per distinct length).
+struct BlockOrder {
+  struct Entry {
+    double bound, d_head, d_group;
+    const TableIndex::Block* block;
+  };
+  int32_t mask = -1, head_dim = 0, group = 0;
+  size_t count = 0;
+  Entry entries[TableIndex::kMaxDistinct];
+};
+
+const BlockOrder& block_order(const TableIndex& t, int32_t mask, int32_t head_dim, int32_t group) {
+  thread_local BlockOrder last;
+  if (last.mask == mask && last.head_dim == head_dim && last.group == group) return last;
+  double d_head[TableIndex::kMaxDistinct], d_group[TableIndex::kMaxDistinct];
+  for (size_t i = 0; i < t.head_dims.size(); ++i) d_head[i] = std::fabs(log2_distance(head_dim, t.head_dims[i]));
+  for (size_t i = 0; i < t.groups.size(); ++i) d_group[i] = std::fabs(log2_distance(group, t.groups[i]));
+  last.count = 0;
+  for (const TableIndex::Block& b : t.blocks) {
+    if (b.mask != mask) continue;
+    const BlockOrder::Entry entry{row_distance(d_head[b.head], d_group[b.group], 0.0, 0.0), d_head[b.head],
+                                  d_group[b.group], &b};
+    size_t at = last.count++;
+    for (; at > 0 && last.entries[at - 1].bound > entry.bound; --at) last.entries[at] = last.entries[at - 1];
+    last.entries[at] = entry;
+  }
+  last.mask = mask;
+  last.head_dim = head_dim;
+  last.group = group;
+  return last;
+}
 
 // The row auto_candidates_reference takes (the nearest; the first of equally near ones), as a position in kAutoTable;
 // kRows if the mask has none.
@@ -136,36 +193,21 @@ size_t nearest_row(const Problem& problem) {
   g_table_scans.fetch_add(1, std::memory_order_relaxed);
   const TableIndex& t = table_index();
   constexpr size_t kMax = TableIndex::kMaxDistinct;
-  const int32_t mask = table_mask(problem);
-  double d_head[kMax], d_group[kMax], d_q[kMax], d_k[kMax];
-  for (size_t i = 0; i < t.head_dims.size(); ++i)
-    d_head[i] = std::fabs(log2_distance(problem.head_dim, t.head_dims[i]));
-  for (size_t i = 0; i < t.groups.size(); ++i)
-    d_group[i] = std::fabs(log2_distance(problem.group_size(), t.groups[i]));
+  double d_q[kMax], d_k[kMax];
+  // Self-attention (most packs) needs one column of logarithms: the same inputs give the same doubles.
+  const bool same_lengths = problem.seqlen_q == problem.seqlen_k;
   for (size_t i = 0; i < t.lengths.size(); ++i) {
     d_q[i] = log2_distance(problem.seqlen_q, t.lengths[i]);
-    d_k[i] = log2_distance(problem.seqlen_k, t.lengths[i]);
+    d_k[i] = same_lengths ? d_q[i] : log2_distance(problem.seqlen_k, t.lengths[i]);
   }
-  // The mask's blocks, by increasing lower bound (insertion sort: a handful).
-  std::pair<double, const TableIndex::Block*> order[kMax];
-  size_t blocks = 0;
-  for (const TableIndex::Block& b : t.blocks) {
-    if (b.mask != mask) continue;
-    const double bound = row_distance(d_head[b.head], d_group[b.group], 0.0, 0.0);
-    const std::pair<double, const TableIndex::Block*> entry{bound, &b};
-    size_t at = blocks++;
-    for (; at > 0 && order[at - 1].first > entry.first; --at) order[at] = order[at - 1];
-    order[at] = entry;
-  }
+  const BlockOrder& order = block_order(t, table_mask(problem), problem.head_dim, problem.group_size());
   size_t best = kRows;
   double best_distance = std::numeric_limits<double>::infinity();
-  for (size_t o = 0; o < blocks; ++o) {
-    const double bound = order[o].first;
-    if (bound - 1e-9 * (1.0 + bound) > best_distance) break;  // every row here and in later blocks is farther
-    const TableIndex::Block& b = *order[o].second;
-    const double dh = d_head[b.head], dg = d_group[b.group];
-    for (const TableIndex::Row& row : b.rows) {
-      const double distance = row_distance(dh, dg, d_q[row.q], d_k[row.k]);
+  for (size_t o = 0; o < order.count; ++o) {
+    const BlockOrder::Entry& e = order.entries[o];
+    if (e.bound - 1e-9 * (1.0 + e.bound) > best_distance) break;  // every row here and in later blocks is farther
+    for (const TableIndex::Row& row : e.block->rows) {
+      const double distance = row_distance(e.d_head, e.d_group, d_q[row.q], d_k[row.k]);
       if (distance < best_distance || (distance == best_distance && row.index < best)) {
         best_distance = distance;
         best = row.index;
@@ -205,16 +247,7 @@ CandidateMemo& candidate_memo() {
 std::vector<Candidate> auto_candidates(const Problem& problem, TileShape tiles) {
   (void)tiles;  // rows are sampled at the kernels' tiles for each head dim; lengths are in tokens
   if (!g_memo_enabled.load(std::memory_order_relaxed)) return detail::auto_candidates_reference(problem, tiles);
-  const CandidateKey key{table_mask(problem), problem.head_dim, problem.group_size(), problem.seqlen_q,
-                         problem.seqlen_k};
-  uint32_t row = 0;
-  if (candidate_memo().find(key, &row)) {
-    g_candidate_hits.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    row = uint32_t(nearest_row(problem));
-    candidate_memo().insert(key, row);
-  }
-  return table_index().candidates[row];
+  return table_index().candidates(detail::auto_table_row(problem));
 }
 
 namespace detail {
@@ -238,6 +271,19 @@ std::vector<Candidate> auto_candidates_reference(const Problem& problem, TileSha
     }
   }
   return candidates_of(best);
+}
+
+uint32_t auto_table_row(const Problem& problem) {
+  const CandidateKey key{table_mask(problem), problem.head_dim, problem.group_size(), problem.seqlen_q,
+                         problem.seqlen_k};
+  uint32_t row = 0;
+  if (candidate_memo().find(key, &row)) {
+    g_candidate_hits.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    row = uint32_t(nearest_row(problem));
+    candidate_memo().insert(key, row);
+  }
+  return row;
 }
 
 void set_plan_memo_enabled(bool enabled) { g_memo_enabled.store(enabled, std::memory_order_relaxed); }

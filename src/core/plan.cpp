@@ -43,8 +43,10 @@ TemplateKey template_key(const Problem& problem, TileShape tiles, GqaMode mode, 
   if (mode == GqaMode::Auto) throw Error("gqa_mode", "a template key needs a resolved GQA mode (split or pack)");
   if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
   TemplateKey k;
-  k.seqlen_q = problem.seqlen_q;
-  k.seqlen_k = problem.seqlen_k;
+  // Lengths whose blocks are all of the same kind build the same tables: one key (and template) serves them all.
+  const Problem representative = geometry_representative(problem, tiles);
+  k.seqlen_q = representative.seqlen_q;
+  k.seqlen_k = representative.seqlen_k;
   k.mask = int32_t(problem.mask);
   // Window sizes change the template only for the window mask; other masks ignore them.
   k.window_left = problem.mask == Mask::Window ? problem.window_left : -1;
@@ -174,14 +176,25 @@ TemplateCache& cache() {
   return *instance;
 }
 
+// Appends in place: a resolution builds its note from these, and temporaries were a good part of its cost.
+void append_candidate_name(std::string& note, Candidate c, bool with_mode) {
+  if (with_mode) {
+    note += gqa_mode_name(c.mode);
+    note += ' ';
+  }
+  note += planner_name(c.planner);
+}
+
 std::string candidate_name(Candidate c, bool with_mode) {
-  return with_mode ? std::string(gqa_mode_name(c.mode)) + " " + planner_name(c.planner) : planner_name(c.planner);
+  std::string name;
+  append_candidate_name(name, c, with_mode);
+  return name;
 }
 
 // The candidates a request allows, best first. Named planner: that planner, in the GQA mode requested (for Auto,
 // the table's preference between split and pack for it). auto: the table's list, filtered by the GQA mode.
 // auto-fastest: every allowed pair, ordered by the simulated makespan of the real problem.
-std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape tiles, std::ostringstream& note) {
+std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape tiles, std::string& note) {
   const Problem& p = req.problem;
   const bool grouped = p.group_size() > 1;
   auto mode_allowed = [&](GqaMode m) {
@@ -190,6 +203,7 @@ std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape ti
     return m == GqaMode::SplitHeads || !plan_limit_violation(p, tiles, GqaMode::PackGroup, req.num_ctas);
   };
   std::vector<Candidate> out;
+  out.reserve(2 * all_planners().size());  // every (GQA mode, planner) pair at most
   if (req.schedule.kind == Schedule::Kind::AutoFastest) {
     const CostModel cost = req.cost ? *req.cost : CostModel::for_problem(p, tiles);
     std::vector<std::pair<double, Candidate>> scored;
@@ -200,14 +214,16 @@ std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape ti
         Plan plan = build_unvalidated(p, planner, tiles, m, req.num_ctas);
         const ValidationReport report = validate_plan(plan, req.num_ctas);
         if (!report.ok) {
-          note << "; " << candidate_name(c, grouped) << " skipped (" << report.reason << ")";
+          note += "; " + candidate_name(c, grouped) + " skipped (" + report.reason + ")";
           continue;
         }
         if (report.waits_only_backward) plan.header.flags |= DASH_PLAN_WAITS_ONLY_BACKWARD;
         const SimResult sim =
             simulate(plan, req.num_ctas, cost, SimOptions{.record_spans = false, .critical_path = false});
         if (sim.deadlocked) continue;  // cannot happen for a validated plan; never choose it
-        note << "; " << candidate_name(c, grouped) << " " << sim.makespan;
+        std::ostringstream makespan;  // as streams print a double
+        makespan << sim.makespan;
+        note += "; " + candidate_name(c, grouped) + " " + makespan.str();
         scored.push_back({sim.makespan, c});
       }
     }
@@ -239,11 +255,16 @@ dash_plan_header bind_header(const UnitTemplate& unit, const Problem& problem, i
   return h;
 }
 
-BoundPlan bound_plan(std::shared_ptr<const UnitTemplate> unit, const PlanRequest& req, std::string note) {
+BoundPlan bound_plan(std::shared_ptr<const UnitTemplate> unit, const PlanRequest& req, const std::string& note) {
   BoundPlan out;
   out.header = bind_header(*unit, req.problem, req.num_ctas);
-  out.note = std::move(note);
-  if (!unit->plan.note.empty()) out.note += (out.note.empty() ? "" : ". ") + unit->plan.note;
+  const std::string& generalised = unit->plan.note;
+  out.note.reserve(note.size() + 2 + generalised.size());
+  out.note = note;
+  if (!generalised.empty()) {
+    if (!out.note.empty()) out.note += ". ";
+    out.note += generalised;
+  }
   out.unit = std::move(unit);
   return out;
 }
@@ -322,7 +343,10 @@ PlanMemoStats plan_memo_stats() {
 
 }  // namespace detail
 
-BoundPlan plan_for(const PlanRequest& req) {
+namespace {
+
+// plan_for's checks of a request, before anything is resolved; its tiles, defaults applied.
+TileShape checked_tiles(const PlanRequest& req) {
   req.problem.validate();
   if (req.num_ctas < 1) throw Error("num_ctas", "must be >= 1, got " + std::to_string(req.num_ctas));
   TileShape tiles = req.tiles;
@@ -331,6 +355,32 @@ BoundPlan plan_for(const PlanRequest& req) {
   if (tiles.block_n < 1) throw Error("block_n", "must be >= 1");
   // Every size limit before any planner or simulation runs: an impossible size fails at once.
   check_plan_limits(req.problem, tiles, req.gqa_mode, req.num_ctas);
+  return tiles;
+}
+
+}  // namespace
+
+namespace detail {
+
+// Why the class holds: requested_candidates reads auto_candidates (the row) and the tile counts (the pack mode's
+// limit); the candidate loop reads the limits (tile counts), the templates (template_key's representative lengths)
+// and their waves; the note names candidates and waves. Only a limit's message quotes the lengths themselves.
+std::optional<ResolutionClass> resolution_class(const PlanRequest& req) {
+  const TileShape tiles = checked_tiles(req);
+  if (req.schedule.kind == Schedule::Kind::AutoFastest || !plan_memo_enabled()) return std::nullopt;
+  if (req.problem.group_size() > 1 && plan_limit_violation(req.problem, tiles, GqaMode::PackGroup, req.num_ctas))
+    return std::nullopt;  // the split mode passed checked_tiles
+  const bool reads_row = req.schedule.kind == Schedule::Kind::Auto ||
+                         (req.problem.group_size() > 1 && req.gqa_mode == GqaMode::Auto);
+  const Problem representative = geometry_representative(req.problem, tiles);
+  return ResolutionClass{reads_row ? auto_table_row(req.problem) : ResolutionClass::kUnread,
+                         representative.seqlen_q, representative.seqlen_k};
+}
+
+}  // namespace detail
+
+BoundPlan plan_for(const PlanRequest& req) {
+  const TileShape tiles = checked_tiles(req);
 
   // A request seen before replays its resolution: one memo look-up, then the template cache as before.
   const bool memoise = req.schedule.kind != Schedule::Kind::AutoFastest && detail::plan_memo_enabled();
@@ -348,18 +398,21 @@ BoundPlan plan_for(const PlanRequest& req) {
   auto record = std::make_shared<Resolution>();
 
   const bool grouped = req.problem.group_size() > 1;
-  std::ostringstream note;
+  // Built by appending into one buffer: a string stream or temporaries cost more than the rest of a resolution whose
+  // template is cached.
+  std::string note;
+  note.reserve(160);
   const bool automatic = req.schedule.kind != Schedule::Kind::Planner || (grouped && req.gqa_mode == GqaMode::Auto);
   if (automatic) {
-    note << (req.schedule.kind == Schedule::Kind::AutoFastest ? "auto-fastest (simulated on this problem)"
-             : req.schedule.kind == Schedule::Kind::Auto      ? "auto (offline table)"
-                                                               : "GQA mode auto (offline table)")
-         << " on " << req.num_ctas << " CTAs";
+    note = req.schedule.kind == Schedule::Kind::AutoFastest ? "auto-fastest (simulated on this problem)"
+           : req.schedule.kind == Schedule::Kind::Auto      ? "auto (offline table)"
+                                                             : "GQA mode auto (offline table)";
+    note += " on " + std::to_string(req.num_ctas) + " CTAs";
   }
   for (const Candidate& c : requested_candidates(req, tiles, note)) {
     if (const auto violation = plan_limit_violation(req.problem, tiles, c.mode, req.num_ctas)) {
       if (!automatic) throw Error(violation->field, violation->message);
-      note << "; " << candidate_name(c, grouped) << " skipped (" << violation->message << ")";
+      note += "; " + candidate_name(c, grouped) + " skipped (" + violation->message + ")";
       continue;
     }
     const TemplateKey key = template_key(req.problem, tiles, c.mode, c.planner);
@@ -371,20 +424,23 @@ BoundPlan plan_for(const PlanRequest& req) {
       if (!automatic)
         throw Error("schedule", std::string(planner_name(c.planner)) + " cannot run this problem on " +
                                     std::to_string(req.num_ctas) + " CTAs: " + why);
-      note << "; " << candidate_name(c, grouped) << " skipped (" << why << ")";
+      note += "; " + candidate_name(c, grouped) + " skipped (" + why + ")";
       record->skipped.push_back(key);
       continue;
     }
-    if (automatic) note << "; chose " << candidate_name(c, grouped);
+    if (automatic) {
+      note += "; chose ";
+      append_candidate_name(note, c, grouped);
+    }
     record->chosen = key;
-    record->note = note.str();
+    record->note = std::move(note);
     if (memoise) {
       g_resolution_misses.fetch_add(1, std::memory_order_relaxed);
       resolution_memo().insert(memo_key, record);
     }
     return bound_plan(std::move(unit), req, record->note);
   }
-  throw Error("schedule", "no planner can run this problem" + note.str());
+  throw Error("schedule", "no planner can run this problem" + note);
 }
 
 Plan build_plan(const PlanRequest& req) {

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// plan_internal.hpp — what plan.cpp and auto_table.cpp share privately (not installed), and the hooks the tests use
-// to compare the memoised schedule resolution with the computation it replaces.
+// plan_internal.hpp — what plan.cpp, auto_table.cpp and varlen.cpp share privately (not installed), and the hooks the
+// tests use to compare the memoised schedule resolution with the computation it replaces.
 //
-// Two memos make a repeat request cost a hash look-up (plan_for_pack calls plan_for once per distinct sequence shape,
-// so a pack of ~800 distinct lengths asks ~800 of them):
+// Two memos make a repeat request cost a hash look-up (plan_for_pack asks auto's row of every distinct sequence shape,
+// ~800 in a pack of ~800 distinct lengths, and plan_for once per resolution class, a few dozen there):
 //   - auto_candidates: the table row nearest to (mask, head dim, group, seqlen_q, seqlen_k), per such tuple;
 //   - plan_for: which candidates a request tried and the one it chose (template keys and the note), per request
 //     (every field of the problem, tiles, P, GQA mode and schedule; not auto-fastest, which simulates).
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -26,6 +27,34 @@ namespace dash::detail {
 // auto_candidates as first written: a scan of every table row, four log2 per row, and the ranking parsed from its
 // text. The reference the fast path must match bit for bit; counts a table scan.
 std::vector<Candidate> auto_candidates_reference(const Problem& problem, TileShape tiles);
+
+// The row of auto's table that auto_candidates takes for `problem` (memoised as it is): all that its candidates
+// read of the problem's lengths.
+uint32_t auto_table_row(const Problem& problem);
+
+// What plan_for's outcome reads of a request's lengths: auto's table row (the candidates), the representative
+// lengths (template_key: every template tried, so every wave and skip) and the tile counts (the size limits, which
+// the representative lengths share). Requests that differ in their lengths alone and have equal classes get the same
+// template and note, their headers differing in the lengths alone, so one plan_for serves them all (plan_for_pack).
+struct ResolutionClass {
+  static constexpr uint32_t kUnread = UINT32_MAX;
+  uint32_t row = kUnread;  // auto's table row; kUnread where the outcome does not read it (a named planner in a
+                           // fixed GQA mode: its one candidate whatever the row)
+  int32_t seqlen_q = 0, seqlen_k = 0;  // geometry_representative's
+  bool operator==(const ResolutionClass& o) const {
+    return row == o.row && seqlen_q == o.seqlen_q && seqlen_k == o.seqlen_k;
+  }
+};
+struct ResolutionClassHash {
+  size_t operator()(const ResolutionClass& c) const {
+    const uint64_t lengths = uint64_t(uint32_t(c.seqlen_q)) << 32 | uint32_t(c.seqlen_k);
+    return size_t(uint64_t(c.row) * 0x9E3779B97F4A7C15ull ^ lengths);
+  }
+};
+// nullopt where the outcome reads more of the lengths (auto-fastest simulates the problem itself; a size limit's
+// message quotes them) or the memos are off (plan_memo_enabled: everything is then resolved afresh). Throws
+// dash::Error for an invalid request, as plan_for does.
+std::optional<ResolutionClass> resolution_class(const PlanRequest& request);
 
 struct PlanMemoStats {
   int64_t table_scans = 0;        // auto-table scans (fast or reference): one per auto_candidates memo miss

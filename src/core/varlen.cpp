@@ -6,14 +6,15 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <numeric>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
 #include "dash/attention_mask.hpp"
 #include "dash/kernel_table.hpp"
+#include "plan_internal.hpp"  // resolution_class
 
 namespace dash {
 
@@ -79,14 +80,9 @@ Problem with_lengths(const Problem& problem, int32_t seqlen_q, int32_t seqlen_k)
   return p;
 }
 
-// Exact unmasked (query, key) pairs of one sequence, from the mask's own definition (dash/attention_mask.hpp).
+// Exact unmasked (query, key) pairs of one sequence (the tile geometry's count, independent of the tiles).
 int64_t unmasked_pairs(const Problem& problem, int32_t seqlen_q, int32_t seqlen_k) {
-  if (seqlen_q == 0 || seqlen_k == 0) return 0;
-  if (problem.mask == Mask::Full) return int64_t(seqlen_q) * seqlen_k;  // every row sees every key
-  const AttentionMask mask = AttentionMask::of(with_lengths(problem, seqlen_q, seqlen_k).to_c());
-  int64_t pairs = 0;
-  for (int32_t row = 0; row < seqlen_q; ++row) pairs += std::max(0, mask.key_end(row) - mask.key_begin(row));
-  return pairs;
+  return TileGrid(with_lengths(problem, seqlen_q, seqlen_k), {1, 1}).total_unmasked_pairs();
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -198,39 +194,70 @@ namespace {
                             std::to_string(s.seqlen_k) + "): " + message_of(e));
 }
 
-// The distinct templates of a pack: plan_for runs once per distinct (seqlen_q, seqlen_k), and shapes that share a
-// unit template share its index.
+// The distinct templates of a pack. Each distinct (seqlen_q, seqlen_k) gets plan_for's outcome for its batch-1
+// problem, and shapes whose plans share a unit template (the same tile geometry, TemplateKey) share its index. Shapes
+// of one resolution class (plan_internal.hpp: auto's table row and the tile geometry) get the same outcome but for
+// the lengths in the header, so plan_for runs once per class: the tables it gives do not depend on which shape of
+// the class came first, and sequence_header puts each sequence's own lengths back. A template's entry is bound to its
+// representative lengths, not to those of a sequence, so the table does not depend on the order either.
 class TemplateTable {
  public:
   TemplateTable(const Pack& pack, const Schedule& schedule, int32_t num_ctas, GqaMode gqa_mode, TileShape tiles,
                 std::vector<BoundPlan>& templates)
       : pack_(pack), schedule_(schedule), num_ctas_(num_ctas), gqa_mode_(gqa_mode), tiles_(tiles),
-        templates_(templates) {}
+        templates_(templates) {
+    by_shape_.reserve(pack.sequences.size());
+  }
 
   int32_t index_of(const dash_pack_sequence& s) {
-    const auto shape = std::make_pair(s.seqlen_q, s.seqlen_k);
+    const uint64_t shape = uint64_t(uint32_t(s.seqlen_q)) << 32 | uint32_t(s.seqlen_k);
     if (auto it = by_shape_.find(shape); it != by_shape_.end()) return it->second;
-    BoundPlan bound;
+    const PlanRequest request{sequence_problem(pack_, s), schedule_, num_ctas_, tiles_, gqa_mode_, nullptr};
     try {
-      bound = plan_for(PlanRequest{sequence_problem(pack_, s), schedule_, num_ctas_, tiles_, gqa_mode_, nullptr});
+      const std::optional<detail::ResolutionClass> resolution = detail::resolution_class(request);
+      if (resolution) {
+        if (auto it = by_class_.find(*resolution); it != by_class_.end()) return by_shape_[shape] = it->second;
+      }
+      const int32_t index = add(plan_for(request));
+      if (resolution) by_class_.emplace(*resolution, index);
+      return by_shape_[shape] = index;
     } catch (const Error& e) {
       rethrow_for_sequence(e, s);
     }
+  }
+
+  // The notes of the distinct shapes' plans (auto's choices, generalisations), once each.
+  const std::string& note() const { return note_; }
+
+ private:
+  // The index of `bound`'s unit template, listed if new; its note noted.
+  int32_t add(BoundPlan bound) {
+    if (!bound.note.empty() && seen_notes_.insert(bound.note).second)
+      note_ += (note_.empty() ? "" : " | ") + bound.note;
     auto [it, added] = by_unit_.emplace(bound.unit.get(), int32_t(templates_.size()));
-    if (added) templates_.push_back(std::move(bound));
-    by_shape_.emplace(shape, it->second);
+    if (added) templates_.push_back(representative_binding(std::move(bound)));
     return it->second;
   }
 
- private:
+  // The header at the template's own lengths; the note its tables' (a shape's note went to note()).
+  BoundPlan representative_binding(BoundPlan bound) const {
+    const dash_problem& unit = bound.unit->plan.header.problem;
+    bound.header.problem = with_lengths(pack_.problem, unit.seqlen_q, unit.seqlen_k).to_c();
+    bound.note = bound.unit->plan.note;
+    return bound;
+  }
+
   const Pack& pack_;
   const Schedule& schedule_;
   int32_t num_ctas_;
   GqaMode gqa_mode_;
   TileShape tiles_;
   std::vector<BoundPlan>& templates_;
-  std::map<std::pair<int32_t, int32_t>, int32_t> by_shape_;
+  std::unordered_map<uint64_t, int32_t> by_shape_;  // (seqlen_q, seqlen_k) -> index
+  std::unordered_map<detail::ResolutionClass, int32_t, detail::ResolutionClassHash> by_class_;
   std::unordered_map<const UnitTemplate*, int32_t> by_unit_;
+  std::unordered_set<std::string> seen_notes_;
+  std::string note_;
 };
 
 void check_plan_request(int32_t num_ctas, GqaMode gqa_mode) {
@@ -257,16 +284,6 @@ std::vector<int32_t> tile_owners(const std::vector<dash_pack_sequence>& sequence
     owners.insert(owners.end(), size_t(tiles), int32_t(pos));
   }
   return owners;
-}
-
-std::string joined_notes(const std::vector<BoundPlan>& templates) {
-  std::string note;
-  std::unordered_set<std::string> seen;
-  for (const BoundPlan& t : templates) {
-    if (t.note.empty() || !seen.insert(t.note).second) continue;
-    note += (note.empty() ? "" : " | ") + t.note;
-  }
-  return note;
 }
 
 }  // namespace
@@ -309,8 +326,16 @@ VarlenPlan plan_for_pack(const Pack& pack, const Schedule& schedule, int32_t num
     out.wave = std::max(out.wave, t.header.min_coresident_ctas);
     if (t.header.gqa_mode == DASH_GQA_SPLIT_HEADS && t.header.group_size > 1) out.any_split_dkv = true;
   }
-  out.note = joined_notes(out.templates);
+  out.note = table.note();
   return out;
+}
+
+dash_plan_header sequence_header(const VarlenPlan& plan, const Pack& pack, const dash_pack_sequence& sequence) {
+  if (sequence.template_index < 0 || size_t(sequence.template_index) >= plan.templates.size())
+    throw Error("sequence", "sequence " + std::to_string(sequence.sequence) + " has no template");
+  dash_plan_header h = plan.templates[size_t(sequence.template_index)].header;
+  h.problem = sequence_problem(pack, sequence).to_c();
+  return h;
 }
 
 }  // namespace dash

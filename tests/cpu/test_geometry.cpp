@@ -1,11 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tile geometry against a brute-force element-by-element evaluation of the mask.
+// The tile geometry against a brute-force element-by-element evaluation of the mask, and the lengths that stand for
+// a geometry (geometry_representative, the lengths of a unit template's key).
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <map>
 #include <random>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "dash/attention_mask.hpp"
 #include "dash/geometry.hpp"
+#include "test_problems.hpp"
 
 namespace {
 
@@ -42,24 +49,51 @@ void expect_grid_matches_brute_force(const dash::Problem& p, dash::TileShape t) 
   EXPECT_EQ(grid.total_unmasked_pairs(), total) << p.describe();
 }
 
+// A mask and its window (-1 = unbounded side).
+struct MaskCase {
+  dash::Mask mask;
+  int left, right;
+  dash::Problem problem(int seqlen_q, int seqlen_k) const {
+    const dash::Problem p = dash::test::make_problem(seqlen_q, seqlen_k, mask);
+    return mask == dash::Mask::Window ? dash::test::windowed(p, left, right) : p;
+  }
+};
+
 TEST(Geometry, MatchesBruteForceOnAwkwardShapes) {
   const std::vector<std::pair<int, int>> lengths = {{1, 1}, {17, 17}, {113, 203}, {203, 113}, {128, 128}, {129, 257}, {300, 50}};
   const std::vector<dash::TileShape> tiles = {{64, 128}, {128, 128}, {80, 128}, {16, 16}};
-  struct MaskCase { dash::Mask mask; int left, right; };
   const std::vector<MaskCase> masks = {{dash::Mask::Full, -1, -1}, {dash::Mask::Causal, -1, -1},
                                        {dash::Mask::Window, 37, 5}, {dash::Mask::Window, -1, 3},
                                        {dash::Mask::Window, 100, -1}, {dash::Mask::Window, 0, 0}};
   for (auto [sq, sk] : lengths)
     for (auto t : tiles)
-      for (auto m : masks) {
-        dash::Problem p;
-        p.seqlen_q = sq;
-        p.seqlen_k = sk;
-        p.mask = m.mask;
-        p.window_left = m.left;
-        p.window_right = m.right;
-        expect_grid_matches_brute_force(p, t);
+      for (auto m : masks) expect_grid_matches_brute_force(m.problem(sq, sk), t);
+}
+
+TEST(Geometry, TotalPairsMatchTheRowByRowCount) {
+  // total_unmasked_pairs counts in closed form; every pair of lengths up to 160 under each mask and window (narrower
+  // and wider than the sequences) against the sum of each row's visible keys.
+  const std::vector<MaskCase> masks = {{dash::Mask::Full, -1, -1},   {dash::Mask::Causal, -1, -1},
+                                       {dash::Mask::Window, 37, 5},  {dash::Mask::Window, -1, 3},
+                                       {dash::Mask::Window, 100, -1}, {dash::Mask::Window, 0, 0},
+                                       {dash::Mask::Window, 200, 150}};
+  for (const MaskCase& m : masks)
+    for (int sq = 1; sq <= 160; ++sq)
+      for (int sk = 1; sk <= 160; ++sk) {
+        const dash::Problem p = m.problem(sq, sk);
+        const dash::TileGrid grid(p, {1, 1});
+        int64_t rows = 0;
+        for (int64_t i = 0; i < sq; ++i) {
+          int64_t first, last;
+          grid.visible_keys(i, first, last);
+          rows += std::max<int64_t>(0, last - first + 1);
+        }
+        ASSERT_EQ(grid.total_unmasked_pairs(), rows) << p.describe();
       }
+  // And at the longest lengths, where the products need 64 bits.
+  const dash::Problem longest = dash::test::make_problem(INT32_MAX, INT32_MAX, dash::Mask::Causal);
+  EXPECT_EQ(dash::TileGrid(longest, {64, 128}).total_unmasked_pairs(),
+            int64_t(INT32_MAX) * (int64_t(INT32_MAX) + 1) / 2);
 }
 
 TEST(Geometry, CausalSquareCountsTheLowerTriangle) {
@@ -158,4 +192,74 @@ TEST(Geometry, ValueHeadDimDefaultsToHeadDimAndEntersTheFlops) {
   } catch (const dash::Error& e) {
     EXPECT_EQ(e.argument(), "head_dim_v");
   }
+}
+
+// ---- geometry_representative ----
+
+namespace {
+
+// The tile counts and every block's kind: all that the planners and the validator read of a problem's lengths.
+std::vector<int> tile_geometry(const dash::Problem& p, dash::TileShape t) {
+  const dash::TileGrid grid(p, t);
+  std::vector<int> g = {grid.num_q_tiles(), grid.num_kv_tiles()};
+  for (int32_t q = 0; q < grid.num_q_tiles(); ++q)
+    for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv) g.push_back(int(grid.kind(q, kv)));
+  return g;
+}
+
+} // namespace
+
+TEST(GeometryRepresentative, KeepsTheTileCountsAndEveryBlockKind) {
+  // Every pair of lengths up to 200 (90 at the small tiles, whose grids have more tiles): the kernels' tiles, tiles
+  // where neither side divides the other, each mask, and windows narrower than the sequences, wider, and of one side.
+  const std::vector<MaskCase> masks = {{dash::Mask::Full, -1, -1},  {dash::Mask::Causal, -1, -1},
+                                       {dash::Mask::Window, 37, 5}, {dash::Mask::Window, -1, 0},
+                                       {dash::Mask::Window, 100, -1}, {dash::Mask::Window, 0, 0},
+                                       {dash::Mask::Window, 130, 70}};
+  const std::vector<dash::TileShape> tiles = {{64, 128}, {128, 128}, {80, 128}, {16, 24}, {24, 16}};
+  int64_t checked = 0;
+  for (const dash::TileShape t : tiles) {
+    const int longest = t.block_m < 64 ? 90 : 200;
+    for (const MaskCase& m : masks) {
+      std::map<std::vector<int>, std::set<std::pair<int, int>>> representatives;  // geometry -> its representatives
+      for (int sq = 1; sq <= longest; ++sq)
+        for (int sk = 1; sk <= longest; ++sk) {
+          const dash::Problem p = m.problem(sq, sk);
+          dash::Problem r = dash::geometry_representative(p, t);
+          const std::vector<int> geometry = tile_geometry(p, t);
+          ASSERT_EQ(tile_geometry(r, t), geometry) << p.describe() << " -> " << r.seqlen_q << " x " << r.seqlen_k
+                                                   << ", tiles " << t.block_m << "x" << t.block_n;
+          const dash::Problem again = dash::geometry_representative(r, t);
+          ASSERT_EQ(again.seqlen_q, r.seqlen_q) << p.describe() << ": not idempotent";
+          ASSERT_EQ(again.seqlen_k, r.seqlen_k) << p.describe() << ": not idempotent";
+          ASSERT_GE(r.seqlen_q, sq) << p.describe() << ": the class's longest seqlen_q comes first";
+          r.seqlen_q = p.seqlen_q;  // nothing else changes
+          r.seqlen_k = p.seqlen_k;
+          ASSERT_EQ(r.describe(), p.describe());
+          representatives[geometry].insert({again.seqlen_q, again.seqlen_k});
+          ++checked;
+        }
+      // Full and causal geometries have one representative each (windows may split a geometry into a few classes).
+      if (m.mask != dash::Mask::Window)
+        for (const auto& [geometry, reps] : representatives)
+          EXPECT_EQ(reps.size(), 1u) << dash::mask_name(m.mask) << ", tiles " << t.block_m << "x" << t.block_n;
+    }
+  }
+  EXPECT_GT(checked, 900000);
+}
+
+TEST(GeometryRepresentative, CollapsesSelfAttentionLengthsToTheirGeometries) {
+  // Causal self-attention at head dim 128's tiles, as a pack of documents has it: lengths 1..2048 have 32 Q-tile
+  // counts, and within one the last Q tile is full against its diagonal KV tile only when it holds one row. So at
+  // most 64 geometries, and exactly one representative for each.
+  std::map<std::vector<int>, std::set<std::pair<int, int>>> representatives;
+  for (int s = 1; s <= 2048; ++s) {
+    dash::Problem p;
+    p.seqlen_q = p.seqlen_k = s;
+    p.mask = dash::Mask::Causal;
+    const dash::Problem r = dash::geometry_representative(p, {64, 128});
+    representatives[tile_geometry(p, {64, 128})].insert({r.seqlen_q, r.seqlen_k});
+  }
+  EXPECT_LE(representatives.size(), 64u);
+  for (const auto& [geometry, reps] : representatives) EXPECT_EQ(reps.size(), 1u);
 }

@@ -1,17 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 // The memos that make a repeat plan_for a hash look-up (src/core/plan_internal.hpp): auto_candidates against the
 // full table scan it replaced, plan_for against its unmemoised resolution (same template, header bytes, note and
-// template-cache traffic), their bounds, threads, and that a repeat plan_for_pack of ~800 distinct sequence shapes
-// scans the auto table and resolves the candidates for none of them.
+// template-cache traffic), their bounds, threads; unit templates shared by lengths of one tile geometry against the
+// templates of the exact lengths; resolution classes (one plan_for outcome for all the lengths of a class); and that
+// plan_for_pack of ~800 distinct sequence shapes resolves once per class, and a repeat scans the auto table and
+// resolves the candidates for none of them.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <map>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -140,13 +147,15 @@ void expect_same(const Outcome& a, const Outcome& b, const std::string& what) {
   ASSERT_EQ(a.cache_traffic, b.cache_traffic) << what << ": the template cache was asked differently";
 }
 
+// A request's schedule, GQA mode and P.
+struct Variant {
+  const char* schedule;
+  GqaMode mode;
+  int32_t num_ctas;
+};
+
 TEST(PlanForMemo, MatchesTheUnmemoisedResolution) {
   dash::clear_template_cache();
-  struct Variant {
-    const char* schedule;
-    GqaMode mode;
-    int32_t num_ctas;
-  };
   // auto on few CTAs skips the candidates whose wave exceeds P (the replay must fetch them too); a named planner
   // on too few CTAs throws (never memoised).
   const std::vector<Variant> variants = {{"auto", GqaMode::Auto, 132},      {"auto", GqaMode::Auto, 2},
@@ -268,6 +277,155 @@ TEST(PlanForMemo, LruMemoKeepsTheMostRecentlyUsed) {
   EXPECT_EQ(memo.size(), 0u);
 }
 
+// ---- unit templates shared across lengths (TemplateKey's representative lengths) ----
+
+// The unit template of `p`'s exact lengths, as the template cache would build it: built, validated, its wave recorded.
+dash::Plan exact_template(const dash::Problem& p, GqaMode mode, dash::Planner planner) {
+  dash::Problem unit = p;
+  unit.batch = 1;
+  unit.heads_kv = 1;
+  unit.heads_q = p.group_size();
+  dash::Plan plan = dash::build_unvalidated(unit, planner, {}, mode, 1);
+  const dash::ValidationReport report = dash::validate_plan(plan, std::numeric_limits<int32_t>::max());
+  EXPECT_TRUE(report.ok) << unit.describe() << ": " << report.reason;
+  plan.header.min_coresident_ctas = report.min_coresident_ctas;
+  if (report.waits_only_backward) plan.header.flags |= DASH_PLAN_WAITS_ONLY_BACKWARD;
+  return plan;
+}
+
+template <class T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+TEST(TemplateKey, ASharedTemplateIsTheOneBuiltForEachLength) {
+  // Lengths of one tile geometry share one cached template. For every planner and GQA mode, over self-attention
+  // lengths 1..2100 (head dim 128's tiles: a varlen pack of documents) and a grid of unequal lengths under each mask
+  // and both kernel tile shapes, the shared template is what the exact lengths build: the same tables (all that the
+  // kernels read: items, segments, visits with their ranks and flags, dq_count, group_head_by_rank), the same header
+  // but for the lengths, the same wave; and bound to the exact problem it validates.
+  dash::clear_template_cache();
+  std::vector<dash::Problem> shapes;
+  for (int32_t s = 1; s <= 2100; ++s) shapes.push_back(make_problem(s, s, Mask::Causal, 4, 2, 1, 128));
+  for (int32_t head_dim : {64, 128})
+    for (int32_t q = 1; q <= 400; q += 13)
+      for (int32_t k = 1; k <= 400; k += 11)
+        for (int m = 0; m < 4; ++m) {
+          const dash::Problem p = make_problem(q, k, m == 0 ? Mask::Full : Mask::Causal, 4, 2, 1, head_dim);
+          shapes.push_back(m == 2 ? windowed(p, 100, 0) : m == 3 ? windowed(p, 37, 5) : p);
+        }
+  int64_t compared = 0, shared = 0, planned = 0;
+  for (const dash::Problem& p : shapes) {
+    if (++planned % 1000 == 0) dash::clear_template_cache();  // bounds the templates kept
+    for (GqaMode mode : {GqaMode::SplitHeads, GqaMode::PackGroup}) {
+      for (dash::Planner planner : dash::all_planners()) {
+        const dash::TemplateKey key = dash::template_key(p, {}, mode, planner);
+        const std::shared_ptr<const dash::UnitTemplate> unit = dash::unit_template(key);
+        const dash::Plan exact = exact_template(p, mode, planner);
+        const dash::Plan& got = unit->plan;
+        const std::string what = p.describe() + ", " + dash::gqa_mode_name(mode) + " " + dash::planner_name(planner) +
+                                 " (key lengths " + std::to_string(key.seqlen_q) + " x " +
+                                 std::to_string(key.seqlen_k) + ")";
+        ASSERT_TRUE(same_bytes(got.items, exact.items)) << what;
+        ASSERT_TRUE(same_bytes(got.segments, exact.segments)) << what;
+        ASSERT_TRUE(same_bytes(got.visits, exact.visits)) << what;
+        ASSERT_TRUE(same_bytes(got.dq_count, exact.dq_count)) << what;
+        ASSERT_TRUE(same_bytes(got.group_head_by_rank, exact.group_head_by_rank)) << what;
+        ASSERT_EQ(got.note, exact.note) << what;
+        ASSERT_EQ(unit->wave, exact.header.min_coresident_ctas) << what;
+        dash_plan_header header = got.header;
+        header.problem = exact.header.problem;
+        ASSERT_EQ(std::memcmp(&header, &exact.header, sizeof header), 0) << what;
+        dash::Plan bound = got;
+        bound.header.problem = exact.header.problem;
+        const dash::ValidationReport report = dash::validate_plan(bound, unit->wave);
+        ASSERT_TRUE(report.ok) << what << ": " << report.reason;
+        ++compared;
+        shared += key.seqlen_q != p.seqlen_q || key.seqlen_k != p.seqlen_k;
+      }
+    }
+  }
+  EXPECT_GT(compared, 80000);
+  EXPECT_GT(shared, compared / 2) << "most lengths should share their geometry's template";
+}
+
+// ---- resolution classes (plan_for_pack runs plan_for once per class) ----
+
+TEST(PlanForMemo, RequestsOfOneResolutionClassGetOnePlan) {
+  // Requests that differ in their lengths alone and have one resolution class get the same template and note, and
+  // the same header but for the lengths (or the same error): over self-attention and unequal lengths, each mask,
+  // GQA groups, auto and named schedules in each GQA mode, and a P of 2 where candidates are skipped for their wave.
+  dash::clear_template_cache();
+  const std::vector<Variant> variants = {{"auto", GqaMode::Auto, 132},
+                                         {"auto", GqaMode::Auto, 2},
+                                         {"auto", GqaMode::SplitHeads, 132},
+                                         {"descending", GqaMode::Auto, 132},
+                                         {"symmetric-shift", GqaMode::PackGroup, 2},
+                                         {"shift", GqaMode::SplitHeads, 132}};
+  std::vector<std::pair<int32_t, int32_t>> lengths;
+  for (int32_t s = 1; s <= 3000; s += 3) lengths.push_back({s, s});
+  for (int32_t q = 1; q <= 700; q += 23)
+    for (int32_t k = 1; k <= 700; k += 19) lengths.push_back({q, k});
+  int64_t compared = 0, classes = 0;
+  for (int m = 0; m < 3; ++m) {
+    for (int32_t group : {1, 4}) {
+      for (const Variant& v : variants) {
+        std::map<std::tuple<uint32_t, int32_t, int32_t>, Outcome> first;  // class -> its first request's outcome
+        for (const auto& [q, k] : lengths) {
+          dash::Problem p = make_problem(q, k, m == 1 ? Mask::Full : Mask::Causal, 8, 8 / group, 1, 128);
+          if (m == 2) p = windowed(p, 300, 0);
+          const dash::PlanRequest req{p, dash::Schedule::parse(v.schedule), v.num_ctas, {}, v.mode, nullptr};
+          const std::optional<dash::detail::ResolutionClass> c = dash::detail::resolution_class(req);
+          ASSERT_TRUE(c.has_value()) << p.describe();
+          Outcome got = outcome_of(req);
+          const auto [it, added] = first.emplace(std::make_tuple(c->row, c->seqlen_q, c->seqlen_k), got);
+          if (added) {
+            ++classes;
+            continue;
+          }
+          const Outcome& want = it->second;
+          const std::string what = p.describe() + ", " + v.schedule + ", " + dash::gqa_mode_name(v.mode) + ", P " +
+                                   std::to_string(v.num_ctas) + ": class of " + want.plan.note;
+          ASSERT_EQ(got.error, want.error) << what;
+          if (!got.error.empty()) continue;
+          ASSERT_EQ(got.plan.unit.get(), want.plan.unit.get()) << what;
+          ASSERT_EQ(got.plan.note, want.plan.note) << what;
+          got.plan.header.problem = want.plan.header.problem;
+          ASSERT_EQ(std::memcmp(&got.plan.header, &want.plan.header, sizeof got.plan.header), 0) << what;
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 20000);
+  EXPECT_LT(classes * 5, compared) << "lengths should fall into a few classes";
+}
+
+TEST(PlanForMemo, AResolutionClassIsNotFormedWhereTheOutcomeReadsTheLengths) {
+  const auto has_class = [](const dash::Problem& p, const char* schedule, int32_t num_ctas) {
+    return dash::detail::resolution_class({p, dash::Schedule::parse(schedule), num_ctas, {}, GqaMode::Auto, nullptr})
+        .has_value();
+  };
+  const dash::Problem p = make_problem(300, 300, Mask::Causal, 4, 1);
+  EXPECT_TRUE(has_class(p, "auto", 132));
+  EXPECT_FALSE(has_class(p, "auto-fastest", 132));
+  {
+    MemoSwitch off(false);
+    EXPECT_FALSE(has_class(p, "auto", 132));
+  }
+  // 32 query heads per KV head past the pack mode's visit limit: auto may only split, and a limit's message would
+  // name the lengths.
+  EXPECT_FALSE(has_class(make_problem(1 << 20, 1 << 20, Mask::Causal, 32, 1), "auto", 132));
+  // An invalid request throws what plan_for throws.
+  std::string argument;
+  try {
+    has_class(p, "auto", 0);
+  } catch (const dash::Error& e) {
+    argument = e.argument();
+  }
+  EXPECT_EQ(argument, "num_ctas");
+}
+
 // ---- plan_for_pack ----
 
 // 1000 sequences of lengths drawn from [1, 2048] (about 790 distinct), 32/8 heads, head dim 128, causal.
@@ -284,18 +442,26 @@ dash::Pack distinct_pack() {
 
 TEST(PlanForMemo, ARepeatPackResolvesNothingAgain) {
   const dash::Pack pack = distinct_pack();
+  const dash::Schedule schedule = dash::Schedule::parse("auto");
   std::set<std::pair<int32_t, int32_t>> shapes;
-  for (const dash_pack_sequence& s : pack.sequences) shapes.insert({s.seqlen_q, s.seqlen_k});
+  std::set<std::tuple<uint32_t, int32_t, int32_t>> classes;  // resolution_class: row and representative lengths
+  for (const dash_pack_sequence& s : pack.sequences) {
+    shapes.insert({s.seqlen_q, s.seqlen_k});
+    const auto c = dash::detail::resolution_class(
+        {dash::sequence_problem(pack, s), schedule, 132, {}, GqaMode::Auto, nullptr});
+    ASSERT_TRUE(c.has_value());
+    classes.insert({c->row, c->seqlen_q, c->seqlen_k});
+  }
   const int64_t distinct = int64_t(shapes.size());
   ASSERT_GT(distinct, 700);
-  const dash::Schedule schedule = dash::Schedule::parse("auto");
+  ASSERT_LT(classes.size(), 100u) << "783 lengths of 33 tile counts fall into a few dozen classes";
 
   dash::clear_template_cache();
   const dash::detail::PlanMemoStats s0 = dash::detail::plan_memo_stats();
   const dash::VarlenPlan first = dash::plan_for_pack(pack, schedule, 132, GqaMode::Auto);
   const dash::detail::PlanMemoStats s1 = dash::detail::plan_memo_stats();
   EXPECT_EQ(s1.table_scans - s0.table_scans, distinct) << "one auto-table scan per distinct shape";
-  EXPECT_EQ(s1.resolution_misses - s0.resolution_misses, distinct);
+  EXPECT_EQ(s1.resolution_misses - s0.resolution_misses, int64_t(classes.size())) << "one resolution per class";
   EXPECT_EQ(s1.resolution_hits - s0.resolution_hits, 0);
 
   const dash::TemplateCacheStats c1 = dash::template_cache_stats();
@@ -303,11 +469,12 @@ TEST(PlanForMemo, ARepeatPackResolvesNothingAgain) {
   const dash::detail::PlanMemoStats s2 = dash::detail::plan_memo_stats();
   const dash::TemplateCacheStats c2 = dash::template_cache_stats();
   EXPECT_EQ(s2.table_scans, s1.table_scans) << "a repeat scanned the auto table";
-  EXPECT_EQ(s2.candidate_hits, s1.candidate_hits) << "a repeat looked up auto's candidates";
+  EXPECT_EQ(s2.candidate_hits - s1.candidate_hits, distinct) << "one row look-up per distinct shape (its class)";
   EXPECT_EQ(s2.resolution_misses, s1.resolution_misses);
-  EXPECT_EQ(s2.resolution_hits - s1.resolution_hits, distinct) << "one memo hit per distinct shape";
+  EXPECT_EQ(s2.resolution_hits - s1.resolution_hits, int64_t(classes.size())) << "one memo hit per class";
   EXPECT_EQ(c2.builds, c1.builds);
-  EXPECT_EQ((c2.hits + c2.builds) - (c1.hits + c1.builds), distinct) << "one template-cache look-up per shape";
+  EXPECT_EQ((c2.hits + c2.builds) - (c1.hits + c1.builds), int64_t(classes.size()))
+      << "one template-cache look-up per class";
 
   // And the same plan as without the memos.
   dash::VarlenPlan fresh;

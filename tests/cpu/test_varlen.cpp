@@ -113,14 +113,17 @@ TEST(VarlenPack, ErrorsNameTheArgument) {
 
 // ---- build_pack: order and records ----
 
-// Unmasked pairs of one sequence, counted independently of build_pack (the tile geometry at 1 x 1 tiles).
+// Unmasked pairs of one sequence, counted independently of build_pack: row by row, from the mask's definition.
 int64_t pairs_of(const dash::Problem& shape, int32_t sq, int32_t sk) {
   if (sq == 0 || sk == 0) return 0;
   dash::Problem p = shape;
   p.batch = 1;
   p.seqlen_q = sq;
   p.seqlen_k = sk;
-  return dash::TileGrid(p, {1, 1}).total_unmasked_pairs();
+  const dash::AttentionMask mask = dash::AttentionMask::of(p.to_c());
+  int64_t pairs = 0;
+  for (int32_t row = 0; row < sq; ++row) pairs += std::max(0, mask.key_end(row) - mask.key_begin(row));
+  return pairs;
 }
 
 std::vector<int32_t> expected_order(const dash::Problem& shape, const Lengths& l) {
@@ -312,9 +315,9 @@ TEST(VarlenPlan, FieldsFollowTheSequences) {
     EXPECT_EQ(plan.tiles.block_n, tiles.block_n);
     ASSERT_EQ(plan.sequences.size(), pack.sequences.size());
 
-    // Templates: one per distinct non-empty shape, each the one plan_for gives the batch-1 problem.
-    std::set<std::pair<int32_t, int32_t>> shapes;
-    std::set<const dash::UnitTemplate*> units;
+    // Templates: one per distinct unit template of the non-empty shapes, each sequence's the one plan_for gives its
+    // batch-1 problem, with the header plan_for gives it (sequence_header).
+    std::set<const dash::UnitTemplate*> units, sequence_units;
     for (const dash::BoundPlan& t : plan.templates) units.insert(t.unit.get());
     EXPECT_EQ(units.size(), plan.templates.size()) << "a template is listed twice";
 
@@ -341,16 +344,24 @@ TEST(VarlenPlan, FieldsFollowTheSequences) {
       }
       ASSERT_GE(s.template_index, 0);
       ASSERT_LT(size_t(s.template_index), plan.templates.size());
-      shapes.insert({s.seqlen_q, s.seqlen_k});
       const dash::BoundPlan& t = plan.templates[size_t(s.template_index)];
       const dash::BoundPlan alone = single_plan(pack, s, "auto", mode);
+      sequence_units.insert(alone.unit.get());
       EXPECT_EQ(t.unit.get(), alone.unit.get()) << "position " << pos;
-      EXPECT_EQ(std::memcmp(&t.header, &alone.header, sizeof(dash_plan_header)), 0);
+      const dash_plan_header own = dash::sequence_header(plan, pack, s);
+      EXPECT_EQ(std::memcmp(&own, &alone.header, sizeof(dash_plan_header)), 0) << "position " << pos;
+      EXPECT_NE(plan.note.find(alone.note), std::string::npos) << alone.note;
+      // The listed header: the same but for the lengths, which are the template's own.
+      dash_plan_header listed = t.header;
+      EXPECT_EQ(listed.problem.seqlen_q, t.unit->plan.header.problem.seqlen_q);
+      EXPECT_EQ(listed.problem.seqlen_k, t.unit->plan.header.problem.seqlen_k);
+      listed.problem = own.problem;
+      EXPECT_EQ(std::memcmp(&listed, &own, sizeof(dash_plan_header)), 0) << "position " << pos;
       tickets += int64_t(t.header.num_units) * t.header.items_per_unit;
       wave = std::max(wave, t.header.min_coresident_ctas);
       split_dkv |= t.header.gqa_mode == DASH_GQA_SPLIT_HEADS && t.header.group_size > 1;
     }
-    EXPECT_EQ(plan.templates.size(), shapes.size());
+    EXPECT_EQ(units, sequence_units);
     EXPECT_EQ(plan.num_tickets, tickets);
     EXPECT_EQ(plan.total_q_tiles, q_tiles);
     EXPECT_EQ(plan.total_kv_tiles, kv_tiles);
@@ -392,9 +403,10 @@ TEST(VarlenPlan, ErrorsNameTheArgument) {
   EXPECT_NE(message.find("sequence 1"), std::string::npos) << message;
 }
 
-TEST(VarlenPlan, PlansOncePerDistinctShape) {
-  // 1000 sequences over 7 shapes and empty ones: the planner runs once per shape, and a repeat call asks the
-  // template cache once per shape (no per-sequence planning).
+TEST(VarlenPlan, PlansOncePerDistinctTemplate) {
+  // 1000 sequences over 7 shapes and empty ones: the planner runs once per distinct unit template (57 x 90 and
+  // 90 x 57 are both one partly masked tile: one template), and a repeat call asks the template cache once per shape
+  // class (plan_internal.hpp's resolution_class; a named planner reads no table row), never per sequence.
   const std::vector<std::pair<int32_t, int32_t>> shapes = {{311, 311}, {57, 90}, {90, 57}, {1, 1},
                                                            {129, 128}, {0, 40}, {640, 200}, {33, 0}, {2, 700}};
   Lengths l;
@@ -407,15 +419,110 @@ TEST(VarlenPlan, PlansOncePerDistinctShape) {
   dash::clear_template_cache();
   const int64_t runs = dash::planner_runs();
   const dash::VarlenPlan first = dash::plan_for_pack(pack, descending, 132, dash::GqaMode::SplitHeads);
-  EXPECT_EQ(dash::planner_runs() - runs, 7);
-  EXPECT_EQ(first.templates.size(), 7u);
+  EXPECT_EQ(dash::planner_runs() - runs, 6);
+  EXPECT_EQ(first.templates.size(), 6u);
 
   const dash::TemplateCacheStats before = dash::template_cache_stats();
   const dash::VarlenPlan again = dash::plan_for_pack(pack, descending, 132, dash::GqaMode::SplitHeads);
   const dash::TemplateCacheStats after = dash::template_cache_stats();
-  EXPECT_EQ(dash::planner_runs() - runs, 7) << "a planner ran again for shapes seen before";
-  EXPECT_EQ((after.hits + after.builds) - (before.hits + before.builds), 7);
+  EXPECT_EQ(dash::planner_runs() - runs, 6) << "a planner ran again for shapes seen before";
+  EXPECT_EQ((after.hits + after.builds) - (before.hits + before.builds), 6);
   EXPECT_EQ(again.num_tickets, first.num_tickets);
+}
+
+// What the backward of sequence `s` of a plan runs: its unit template and the header plan_for gives it alone.
+struct SequencePlan {
+  const dash::UnitTemplate* unit;
+  dash_plan_header header;
+  bool operator==(const SequencePlan& o) const {
+    return unit == o.unit && std::memcmp(&header, &o.header, sizeof header) == 0;
+  }
+};
+
+// Sequence index -> its plan, for every sequence with queries and keys.
+std::map<int32_t, SequencePlan> sequence_plans(const dash::Pack& pack, const dash::VarlenPlan& plan) {
+  std::map<int32_t, SequencePlan> out;
+  for (const dash_pack_sequence& s : plan.sequences)
+    if (s.template_index >= 0)
+      out[s.sequence] = {plan.templates[size_t(s.template_index)].unit.get(), dash::sequence_header(plan, pack, s)};
+  return out;
+}
+
+// The plan's template table as a set: each unit with its listed header and note, whatever its index.
+std::map<const dash::UnitTemplate*, std::pair<std::vector<uint8_t>, std::string>> template_entries(
+    const dash::VarlenPlan& plan) {
+  std::map<const dash::UnitTemplate*, std::pair<std::vector<uint8_t>, std::string>> out;
+  for (const dash::BoundPlan& t : plan.templates) {
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&t.header);
+    out[t.unit.get()] = {std::vector<uint8_t>(bytes, bytes + sizeof t.header), t.note};
+  }
+  return out;
+}
+
+// The notes of a plan's shapes, whatever their order.
+std::set<std::string> notes_of(const dash::VarlenPlan& plan) {
+  std::set<std::string> notes;
+  for (size_t at = 0; at < plan.note.size();) {
+    const size_t end = std::min(plan.note.find(" | ", at), plan.note.size());
+    notes.insert(plan.note.substr(at, end - at));
+    at = end + 3;
+  }
+  return notes;
+}
+
+TEST(VarlenPlan, SequencePlansDoNotDependOnThePack) {
+  // 400 sequences over a few hundred lengths, most of them sharing unit templates with other lengths (one tile
+  // geometry): each sequence's template and header are plan_for's for its batch-1 problem, and the same in the pack
+  // reversed and in halves of it; the template table holds the same entries (unit, header, note) in any order.
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> length(1, 1500);
+  Lengths l;
+  for (int s = 0; s < 400; ++s) {
+    l.q.push_back(length(rng));
+    l.k.push_back(s % 4 == 0 ? length(rng) : l.q.back());  // self-attention, and a quarter of unequal lengths
+  }
+  for (int32_t mode : {DASH_GQA_AUTO, DASH_GQA_SPLIT_HEADS}) {
+    for (const char* schedule : {"auto", "symmetric-shift"}) {
+      SCOPED_TRACE(std::string(schedule) + " gqa_mode " + std::to_string(mode));
+      const dash::Schedule sched = dash::Schedule::parse(schedule);
+      const auto gqa = static_cast<dash::GqaMode>(mode);
+      const dash::Pack pack = make_pack(pack_shape(Mask::Causal, 8, 2, 128), l);
+      const dash::VarlenPlan plan = dash::plan_for_pack(pack, sched, 132, gqa);
+      std::set<std::pair<int32_t, int32_t>> shapes;
+      for (const dash_pack_sequence& s : pack.sequences) shapes.insert({s.seqlen_q, s.seqlen_k});
+      EXPECT_LT(plan.templates.size() * 2, shapes.size()) << "most lengths should share a template";
+      const std::map<int32_t, SequencePlan> plans = sequence_plans(pack, plan);
+      ASSERT_EQ(plans.size(), l.q.size());
+      for (const dash_pack_sequence& s : pack.sequences) {
+        const dash::BoundPlan alone = single_plan(pack, s, schedule, gqa);
+        EXPECT_TRUE(plans.at(s.sequence) == (SequencePlan{alone.unit.get(), alone.header}))
+            << "sequence " << s.sequence << " (" << s.seqlen_q << " x " << s.seqlen_k << ")";
+      }
+      for (const dash::BoundPlan& t : plan.templates) {
+        EXPECT_EQ(t.header.problem.seqlen_q, t.unit->plan.header.problem.seqlen_q) << "listed at its own lengths";
+        EXPECT_EQ(t.header.problem.seqlen_k, t.unit->plan.header.problem.seqlen_k) << "listed at its own lengths";
+      }
+
+      // The pack reversed, and its halves: other neighbours, other positions, other first members of a template.
+      Lengths reversed{{l.q.rbegin(), l.q.rend()}, {l.k.rbegin(), l.k.rend()}};
+      const dash::Pack back = make_pack(pack_shape(Mask::Causal, 8, 2, 128), reversed);
+      const dash::VarlenPlan back_plan = dash::plan_for_pack(back, sched, 132, gqa);
+      EXPECT_EQ(template_entries(back_plan), template_entries(plan));
+      EXPECT_EQ(notes_of(back_plan), notes_of(plan)) << "the shapes' notes, in another order";
+      for (const auto& [index, p] : sequence_plans(back, back_plan))
+        EXPECT_TRUE(p == plans.at(int32_t(l.q.size()) - 1 - index)) << "sequence " << index << " reversed";
+      for (int half = 0; half < 2; ++half) {
+        const size_t from = half * l.q.size() / 2, to = (half + 1) * l.q.size() / 2;
+        Lengths part{{l.q.begin() + from, l.q.begin() + to}, {l.k.begin() + from, l.k.begin() + to}};
+        const dash::Pack part_pack = make_pack(pack_shape(Mask::Causal, 8, 2, 128), part);
+        const dash::VarlenPlan part_plan = dash::plan_for_pack(part_pack, sched, 132, gqa);
+        for (const auto& [index, p] : sequence_plans(part_pack, part_plan))
+          EXPECT_TRUE(p == plans.at(int32_t(from) + index)) << "sequence " << from + index << " in half " << half;
+        for (const auto& [unit, entry] : template_entries(part_plan))
+          EXPECT_EQ(entry, template_entries(plan).at(unit)) << "template entry in half " << half;
+      }
+    }
+  }
 }
 
 // ---- the CPU backend over a pack, through the C ABI ----
@@ -628,17 +735,18 @@ SequenceOutputs alone(const VarlenRun& run, int32_t s, const char* schedule, int
 // row, more queries than keys under causal (rows that see no key), a repeated shape (one template).
 const Lengths kMixedLengths{{37, 0, 130, 1, 65, 70, 37}, {50, 20, 0, 1, 65, 30, 50}};
 
-void check_pack_invariance(const dash::Problem& shape, const char* schedule, int32_t gqa_mode) {
-  VarlenRun run = random_run(shape, kMixedLengths, 1234);
+void check_pack_invariance(const dash::Problem& shape, const char* schedule, int32_t gqa_mode,
+                           const Lengths& lengths = kMixedLengths) {
+  VarlenRun run = random_run(shape, lengths, 1234);
   run_varlen(run, schedule, gqa_mode);
   // The reversed pack puts every sequence elsewhere, with other neighbours.
-  std::vector<int32_t> perm(kMixedLengths.q.size());
+  std::vector<int32_t> perm(lengths.q.size());
   std::iota(perm.rbegin(), perm.rend(), 0);
   VarlenRun reversed = permuted(run, perm);
   run_varlen(reversed, schedule, gqa_mode);
 
   const float inf = std::numeric_limits<float>::infinity();
-  for (int32_t s = 0; s < int32_t(kMixedLengths.q.size()); ++s) {
+  for (int32_t s = 0; s < int32_t(lengths.q.size()); ++s) {
     SCOPED_TRACE("sequence " + std::to_string(s));
     const SequenceOutputs packed = outputs_of(run, s);
     const SequenceOutputs moved = outputs_of(reversed, int32_t(perm.size()) - 1 - s);
@@ -647,7 +755,7 @@ void check_pack_invariance(const dash::Problem& shape, const char* schedule, int
                                                        {&packed.dq, &moved.dq}, {&packed.dk, &moved.dk},
                                                        {&packed.dv, &moved.dv}})
       EXPECT_TRUE(bitwise_equal(*ab.first, *ab.second)) << "bits changed when the sequence moved in the pack";
-    const int32_t sq = kMixedLengths.q[size_t(s)], sk = kMixedLengths.k[size_t(s)];
+    const int32_t sq = lengths.q[size_t(s)], sk = lengths.k[size_t(s)];
     if (sq == 0 || sk == 0) {  // no batch-1 call exists: the defined values
       EXPECT_TRUE(all_equal(packed.o, 0.f));
       EXPECT_TRUE(all_equal(packed.lse, -inf));
@@ -696,6 +804,23 @@ TEST(VarlenCpu, WindowSequencesHaveTheirBatchOneBitsAnywhereInThePack) {
   // One case: the window applies per sequence, clipped to each sequence's lengths.
   dash::Problem shape = dash::test::windowed(pack_shape(Mask::Window, 4, 2, 64), 20, 3);
   check_pack_invariance(shape, "auto", DASH_GQA_AUTO);
+}
+
+TEST(VarlenCpu, SequencesSharingATemplateHaveTheirOwnBatchOneBits) {
+  // Lengths of one tile geometry share a unit template (TemplateKey): 40, 50, 70, 100 and 128 are one causal tile at
+  // head dim 64 (two or one of 64 rows at head dim 128), 90 x 120 is one at both. Each sequence must still run at
+  // its own lengths: its bits are those of its batch-1 call, wherever it sits.
+  const Lengths lengths{{40, 50, 70, 100, 128, 90, 70}, {40, 50, 70, 100, 128, 120, 70}};
+  for (int head_dim : {64, 128}) {
+    for (const InvarianceCase& c : {kInvarianceCases[0], kInvarianceCases[3]}) {
+      dash::Problem shape = pack_shape(Mask::Causal, c.heads_q, c.heads_kv, head_dim);
+      SCOPED_TRACE(std::string(c.schedule) + " hdim " + std::to_string(head_dim));
+      const dash::VarlenPlan plan = dash::plan_for_pack(make_pack(shape, lengths), dash::Schedule::parse(c.schedule),
+                                                        132, static_cast<dash::GqaMode>(c.gqa_mode));
+      ASSERT_LE(plan.templates.size(), 3u) << "the lengths should share templates";
+      check_pack_invariance(shape, c.schedule, c.gqa_mode, lengths);
+    }
+  }
 }
 
 // The forward against attention evaluated per sequence in float64 from the mask's definition. The CPU backend
