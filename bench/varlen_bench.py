@@ -15,7 +15,10 @@ backward 2.5 times that. cuDNN SDPA takes no varlen input; FA3's kit is built wi
 flash_attn_varlen_func (flash_attn.cute, deterministic and not), which must be importable: it needs the two device calls
 of shared/docs/fa4-on-h200.md (scripts/gpu_fa4_site.sh).
 
-    python3 bench/varlen_bench.py --out varlen.jsonl [--no-flex] [--no-padded] [--fa4] [--commit SHA]
+    python3 bench/varlen_bench.py --out varlen.jsonl [--no-flex] [--no-padded] [--fa4] [--schedules LIST] [--commit SHA]
+
+--schedules adds deterministic rows of named planners beside auto's (to see whether auto's per-sequence choice or the
+planners themselves set the deterministic speed of a pack).
 """
 import argparse
 import json
@@ -69,6 +72,7 @@ def main():
     ap.add_argument("--no-padded", action="store_true")
     ap.add_argument("--fa4", action="store_true", help="time FA4's flash_attn_varlen_func too (must be importable)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--schedules", default="", help="comma-separated named planners timed deterministic beside auto")
     ap.add_argument("--commit")
     args = ap.parse_args()
     env = dict(commit=args.commit or git_commit(), call_id=uuid.uuid4().hex[:12], gpu=torch.cuda.get_device_name(0),
@@ -81,9 +85,10 @@ def main():
     fa4 = None
     if args.fa4:
         from flash_attn.cute import flash_attn_varlen_func as fa4  # noqa: N813 (third-party, measured)
+    schedules = [s for s in args.schedules.split(",") if s]
     with open(args.out, "a") as out:
         for name, lengths in packs(args.seed):
-            for result in run_pack(name, lengths, env, flex, create_block_mask, not args.no_padded, fa4):
+            for result in run_pack(name, lengths, env, flex, create_block_mask, not args.no_padded, fa4, schedules):
                 out.write(json.dumps(result) + "\n")
                 out.flush()
             torch.cuda.empty_cache()
@@ -104,7 +109,7 @@ def fa4_varlen(fa4, cu, longest, scale):
     return forward
 
 
-def run_pack(name, lengths, env, flex, create_block_mask, padded, fa4=None):
+def run_pack(name, lengths, env, flex, create_block_mask, padded, fa4=None, schedules=()):
     total = sum(lengths)
     pairs = sum(n * (n + 1) // 2 for n in lengths)
     fwd_flops = 4.0 * HEAD_DIM * HEADS_Q * pairs
@@ -117,16 +122,16 @@ def run_pack(name, lengths, env, flex, create_block_mask, padded, fa4=None):
     longest = max(lengths)
     scale = HEAD_DIM ** -0.5
     ops = torch.ops.dash_attn
-    impls = []  # (impl, mode, fn, flops)
+    impls = []  # (impl, mode, fn, flops, schedule)
     o, lse = ops.varlen_fwd(q, k, v, cu_host, cu_host, longest, longest, True, scale, True, "auto")
     impls.append(("dash-attn", "forward",
                   lambda: ops.varlen_fwd(q, k, v, cu_host, cu_host, longest, longest, True, scale, True, "auto"),
-                  fwd_flops))
-    for det in (True, False):
+                  fwd_flops, None))
+    for det, schedule in [(True, "auto"), (False, "auto")] + [(True, s) for s in schedules]:
         impls.append(("dash-attn", "deterministic" if det else "nondeterministic",
-                      lambda det=det: ops.varlen_bwd(do, q, k, v, o, lse, cu_host, cu_host, longest, longest, True,
-                                                     scale, det, "auto"),
-                      bwd_flops))
+                      lambda det=det, schedule=schedule: ops.varlen_bwd(do, q, k, v, o, lse, cu_host, cu_host, longest,
+                                                                        longest, True, scale, det, schedule),
+                      bwd_flops, schedule))
     if padded:
         # Every sequence padded to the longest, as a dense batch: the same useful FLOPs, the padding's work wasted.
         b = len(lengths)
@@ -137,17 +142,17 @@ def run_pack(name, lengths, env, flex, create_block_mask, padded, fa4=None):
             pq[i, :n], pk[i, :n], pv[i, :n], pdo[i, :n] = q[s:s + n], k[s:s + n], v[s:s + n], do[s:s + n]
         po, plse = ops.fwd(pq, pk, pv, True, scale, True, "auto", True)
         impls.append(("dash-attn-padded", "forward", lambda: ops.fwd(pq, pk, pv, True, scale, True, "auto", True),
-                      fwd_flops))
+                      fwd_flops, None))
         impls.append(("dash-attn-padded", "deterministic",
-                      lambda: ops.bwd(pdo, pq, pk, pv, po, plse, True, scale, True, "auto"), bwd_flops))
+                      lambda: ops.bwd(pdo, pq, pk, pv, po, plse, True, scale, True, "auto"), bwd_flops, "auto"))
     if fa4 is not None:
         forward = fa4_varlen(fa4, cu, longest, scale)
         leaves4 = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-        impls.append(("fa4", "forward", lambda: forward(*leaves4, False), fwd_flops))
+        impls.append(("fa4", "forward", lambda: forward(*leaves4, False), fwd_flops, None))
         for det in (True, False):
             out4 = forward(*leaves4, det)
             impls.append(("fa4", "deterministic" if det else "nondeterministic",
-                          lambda out4=out4: torch.autograd.grad(out4, leaves4, do, retain_graph=True), bwd_flops))
+                          lambda out4=out4: torch.autograd.grad(out4, leaves4, do, retain_graph=True), bwd_flops, None))
     if flex is not None:
         doc = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"),
                                       torch.tensor(lengths, device="cuda"))
@@ -159,19 +164,20 @@ def run_pack(name, lengths, env, flex, create_block_mask, padded, fa4=None):
         leaves = [t.transpose(0, 1).unsqueeze(0).contiguous().requires_grad_(True) for t in (q, k, v)]
         dot = do.transpose(0, 1).unsqueeze(0).contiguous()
         run = lambda: flex(*leaves, block_mask=block_mask, scale=scale, enable_gqa=True)
-        impls.append(("flex-attention", "forward", run, fwd_flops))
+        impls.append(("flex-attention", "forward", run, fwd_flops, None))
         flex_out = run()
         impls.append(("flex-attention", "nondeterministic",
-                      lambda: torch.autograd.grad(flex_out, leaves, dot, retain_graph=True), bwd_flops))
+                      lambda: torch.autograd.grad(flex_out, leaves, dot, retain_graph=True), bwd_flops, None))
     rows = []
-    for impl, mode, fn, flops in impls:
+    for impl, mode, fn, flops, schedule in impls:
         times = [statistics.median(time_cuda(fn)) for _ in range(3)]  # 3 repeats, each a median of 10
         ms = statistics.median(times)
         row = dict(env, config=f"{name}_t{total}_hq{HEADS_Q}_hkv{HEADS_KV}_d{HEAD_DIM}_causal", impl=impl, mode=mode,
-                   schedule="auto" if impl.startswith("dash") and mode != "forward" else None,
+                   schedule=schedule,
                    tflops=flops / ms / 1e9, ms=ms, times_ms=times, sequences=len(lengths), tokens=total,
                    longest=longest, lengths=lengths)
-        print(f"{row['config']:40s} {impl:18s} {mode:17s} {row['tflops']:7.1f} TFLOP/s  {ms:8.3f} ms", flush=True)
+        print(f"{row['config']:40s} {impl:18s} {mode:17s} {schedule or '':16s} {row['tflops']:7.1f} TFLOP/s  {ms:8.3f} ms",
+              flush=True)
         rows.append(row)
     return rows
 

@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cute/arch/copy_sm90_desc.hpp>
 #include <cute/numeric/numeric_types.hpp>
 
 namespace dash::hopper {
@@ -36,23 +37,28 @@ __device__ __forceinline__ void red_add_v2(float* p, float a, float b) {
 }
 
 // ---- the async proxy: 1-D bulk operations, tracked per thread in bulk async-groups ----
-// `bytes` is a multiple of 16; both addresses are 16-byte aligned.
-__device__ __forceinline__ void bulk_reduce_add_s2g(float* dst, const float* src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
-               "r"(smem_addr(src)), "r"(bytes)
+// `bytes` is a multiple of 16; both addresses are 16-byte aligned. Every bulk operation states the L2 eviction
+// priority of its global lines (the 64-bit cache-policy operand of .L2::cache_hint, in the encodings CuTe's
+// TMA::CacheHintSm90 names; the TMA tile loads take the same values through .with()): data that other CTAs read
+// or add into again soon is kept (EVICT_LAST), data read once goes first.
+using L2Hint = cute::TMA::CacheHintSm90;
+__device__ __forceinline__ void bulk_reduce_add_s2g(float* dst, const float* src, uint32_t bytes, L2Hint hint) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.add.f32 [%0], [%1], %2, %3;" ::"l"(
+                   dst),
+               "r"(smem_addr(src)), "r"(bytes), "l"(uint64_t(hint))
                : "memory");
 }
-__device__ __forceinline__ void bulk_copy_s2g(float* dst, const float* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_addr(src)),
-               "r"(bytes)
+__device__ __forceinline__ void bulk_copy_s2g(float* dst, const float* src, uint32_t bytes, L2Hint hint) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(dst),
+               "r"(smem_addr(src)), "r"(bytes), "l"(uint64_t(hint))
                : "memory");
 }
 // Global -> shared, completing `bytes` transaction bytes on the mbarrier `bar`.
-__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar, L2Hint hint) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(uint64_t(hint))
       : "memory");
 }
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }

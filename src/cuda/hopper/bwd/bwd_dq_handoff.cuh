@@ -78,10 +78,11 @@ __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int
       }
       // The first contribution (deterministic mode only) stores, so the accumulator needs no memset; every
       // later one adds. In non-deterministic mode all add (the accumulator was zeroed before the launch).
+      // EVICT_LAST: the accumulator tile takes one add per KV tile of its sequence, from any CTA.
       if (p.deterministic && (h.flags & DASH_VISIT_FIRST)) {
-        bulk_copy_s2g(accum, s.dq[stage], kTileBytes);
+        bulk_copy_s2g(accum, s.dq[stage], kTileBytes, L2Hint::EVICT_LAST);
       } else {
-        bulk_reduce_add_s2g(accum, s.dq[stage], kTileBytes);
+        bulk_reduce_add_s2g(accum, s.dq[stage], kTileBytes, L2Hint::EVICT_LAST);
       }
       bulk_commit_group();
       // The staging buffer may be refilled once the bulk operation has read it (.read: its global writes may

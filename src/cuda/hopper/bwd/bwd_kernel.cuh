@@ -393,13 +393,15 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
             tma_partition(P.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(q_rows(mQ)));
         auto [tdOgdO, tdOsdO] =
             tma_partition(P.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(q_rows(mdO)));
-        copy(P.tma_q.with(s.q_full[st]), tQgQ, tQsQ(_, st));
-        copy(P.tma_do.with(s.q_full[st]), tdOgdO, tdOsdO(_, st));
+        // EVICT_LAST: a Q tile's rows (Q, dO, LSE2, delta) are read again by the visit of every KV tile that sees
+        // them, while a segment's K/V are read once per CTA (default priority).
+        copy(P.tma_q.with(s.q_full[st], 0, L2Hint::EVICT_LAST), tQgQ, tQsQ(_, st));
+        copy(P.tma_do.with(s.q_full[st], 0, L2Hint::EVICT_LAST), tdOgdO, tdOsdO(_, st));
         // LSE2 / delta are padded to whole Q tiles by bwd_preprocess (kBlockM floats per tile, 256- or 512-byte
         // aligned rows), so one bulk copy each, no bounds.
         const int64_t row0 = int64_t(accumulator) * kBlockM;
-        bulk_copy_g2s(s.lse2[st], p.lse_log2 + row0, Config::kRowFloatsBytes, &s.q_full[st]);
-        bulk_copy_g2s(s.delta[st], p.delta + row0, Config::kRowFloatsBytes, &s.q_full[st]);
+        bulk_copy_g2s(s.lse2[st], p.lse_log2 + row0, Config::kRowFloatsBytes, &s.q_full[st], L2Hint::EVICT_LAST);
+        bulk_copy_g2s(s.delta[st], p.delta + row0, Config::kRowFloatsBytes, &s.q_full[st], L2Hint::EVICT_LAST);
         q_state.advance();
         ++visits_issued;
       }
