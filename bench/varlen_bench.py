@@ -176,8 +176,8 @@ def run_pack(name, lengths, env, flex, create_block_mask, padded, fa4=None, sche
                    schedule=schedule,
                    tflops=flops / ms / 1e9, ms=ms, times_ms=times, sequences=len(lengths), tokens=total,
                    longest=longest, lengths=lengths)
-        print(f"{row['config']:40s} {impl:18s} {mode:17s} {schedule or '':16s} {row['tflops']:7.1f} TFLOP/s  {ms:8.3f} ms",
-              flush=True)
+        print(f"{row['config']:40s} {impl:18s} {mode:17s} {schedule or '':16s} {row['tflops']:7.1f} TFLOP/s"
+              f"  {ms:8.3f} ms", flush=True)
         rows.append(row)
     return rows
 

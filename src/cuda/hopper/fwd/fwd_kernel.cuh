@@ -184,11 +184,13 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
       // Reuse a K buffer only after all consumer warps released it (their S GEMM reading it completed).
       mbarrier_wait(&smem.k_empty[stage.index], stage.phase ^ 1u);
       mbarrier_arrive_expect_tx(&smem.k_full[stage.index], Config::kKVTileBytes);
-      copy(params.tma_k.with(smem.k_full[stage.index], 0, cute::TMA::CacheHintSm90::EVICT_LAST), tKgK, tKsK(_, stage.index));
+      copy(params.tma_k.with(smem.k_full[stage.index], 0, cute::TMA::CacheHintSm90::EVICT_LAST), tKgK,
+           tKsK(_, stage.index));
       // Likewise V, released after the O += P V GEMM that read it completed.
       mbarrier_wait(&smem.v_empty[stage.index], stage.phase ^ 1u);
       mbarrier_arrive_expect_tx(&smem.v_full[stage.index], Config::kKVTileBytes);
-      copy(params.tma_v.with(smem.v_full[stage.index], 0, cute::TMA::CacheHintSm90::EVICT_LAST), tVgV, tVsV(_, stage.index));
+      copy(params.tma_v.with(smem.v_full[stage.index], 0, cute::TMA::CacheHintSm90::EVICT_LAST), tVgV,
+           tVsV(_, stage.index));
       stage.advance();
       // The next tile is decoded once this one's first K/V loads are out: a varlen look-up reads global memory,
       // and here its latency hides behind the loads in flight instead of delaying them.
