@@ -5,9 +5,13 @@
 // copy (dash_plan_create) adds one upload per new template, measured by bench/first_call_torch.py on the device.
 //
 //   dash-bench-plan [--out plan.jsonl] [--commit abc1234] [--repeats 5] [--varlen-only]
+//   dash-bench-plan --fresh-call SHAPE             (the child: prints the ms of its one plan_for of shape SHAPE)
 //   dash-bench-plan --fresh-varlen-call DISTINCT   (the child: prints the ms of its one plan_for_pack call)
 //
-// First-call times are the median over `repeats` runs, each after clear_template_cache(), so every run builds.
+// First-call times are medians over `repeats` runs: "fresh" is the one plan_for of a fresh process (a child: the
+// template cache, the memos and the allocator empty, every page of the tables new to the process, the code cold), as
+// a training job's first step meets it; "first" is a call after clear_template_cache() in this process, so every run
+// builds.
 //
 // Then dash::plan_for_pack on packs of 1000 sequences (32/8 heads, head dim 128, causal, auto, 132 CTAs) with 7, 64
 // and about 800 distinct sequence shapes: the first call of a fresh process (a child process that builds the pack and
@@ -35,6 +39,19 @@ struct Shape {
   int batch, seqlen, heads_q, heads_kv, head_dim;
   dash::Mask mask;
 };
+
+// The fixed-length shapes, up to 128k-token sequences, GQA and batch 64.
+const std::vector<Shape>& fixed_shapes() {
+  static const std::vector<Shape> shapes = {
+      {2, 8000, 16, 16, 128, dash::Mask::Full},    {2, 8000, 32, 8, 128, dash::Mask::Full},
+      {3, 8000, 32, 8, 128, dash::Mask::Full},     {64, 512, 16, 16, 128, dash::Mask::Causal},
+      {64, 4096, 28, 4, 128, dash::Mask::Causal},  {2, 8192, 16, 16, 64, dash::Mask::Causal},
+      {1, 32768, 32, 8, 128, dash::Mask::Causal},  {1, 131072, 16, 16, 128, dash::Mask::Causal},
+      {1, 131072, 32, 8, 128, dash::Mask::Causal}, {1, 131072, 16, 16, 128, dash::Mask::Full},
+      {1, 131072, 32, 8, 64, dash::Mask::Causal},
+  };
+  return shapes;
+}
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -79,6 +96,15 @@ dash::Pack varlen_pack(int n, int distinct) {
   return dash::build_pack(p, cu.data(), cu.data());
 }
 
+// The ms of one plan_for call of fixed_shapes()[index], the first planning of the process.
+double fresh_call(size_t index) {
+  const Shape& s = fixed_shapes().at(index);
+  const dash::PlanRequest r = request(s, s.batch, s.heads_q, s.heads_kv);
+  const auto t0 = std::chrono::steady_clock::now();
+  dash::plan_for(r);
+  return ms_since(t0);
+}
+
 // The ms of one plan_for_pack call, the first planning of the process.
 double fresh_varlen_call(int distinct) {
   const dash::Pack pack = varlen_pack(1000, distinct);
@@ -87,11 +113,11 @@ double fresh_varlen_call(int distinct) {
   return ms_since(t0);
 }
 
-// The same in a fresh process: this program run again with --fresh-varlen-call (Linux: /proc/self/exe, read here,
-// since popen's shell would see its own).
-double fresh_process_call(int distinct) {
+// The ms a child printed: this program run again with `child_args` (--fresh-call or --fresh-varlen-call; Linux:
+// /proc/self/exe, read here, since popen's shell would see its own). -1 if it failed.
+double fresh_process_ms(const std::string& child_args) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string command = "'" + self + "' --fresh-varlen-call " + std::to_string(distinct);
+  const std::string command = "'" + self + "' " + child_args;
   FILE* child = popen(command.c_str(), "r");
   double ms = -1;
   if (child == nullptr || std::fscanf(child, "%lf", &ms) != 1) ms = -1;
@@ -105,7 +131,7 @@ void bench_varlen(FILE* out, const std::string& commit, int repeats) {
   const dash::Schedule schedule = dash::Schedule::parse("auto");
   for (int distinct : {7, 64, 0}) {
     std::vector<double> fresh;
-    for (int r = 0; r < repeats; ++r) fresh.push_back(fresh_process_call(distinct));
+    for (int r = 0; r < repeats; ++r) fresh.push_back(fresh_process_ms("--fresh-varlen-call " + std::to_string(distinct)));
     const dash::Pack pack = varlen_pack(1000, distinct);
     std::set<std::pair<int32_t, int32_t>> shapes;
     for (const dash_pack_sequence& s : pack.sequences) shapes.insert({s.seqlen_q, s.seqlen_k});
@@ -147,7 +173,10 @@ int main(int argc, char** argv) {
     else if (a == "--commit") commit = next();
     else if (a == "--repeats") repeats = std::max(1, std::atoi(next().c_str()));
     else if (a == "--varlen-only") varlen_only = true;
-    else if (a == "--fresh-varlen-call") {
+    else if (a == "--fresh-call") {
+      std::printf("%.6f\n", fresh_call(size_t(std::atoi(next().c_str()))));
+      return 0;
+    } else if (a == "--fresh-varlen-call") {
       std::printf("%.6f\n", fresh_varlen_call(std::atoi(next().c_str())));
       return 0;
     } else {
@@ -160,23 +189,17 @@ int main(int argc, char** argv) {
     std::perror(out_path.c_str());
     return 2;
   }
-  const std::vector<Shape> shapes = {
-      {2, 8000, 16, 16, 128, dash::Mask::Full},    {2, 8000, 32, 8, 128, dash::Mask::Full},
-      {3, 8000, 32, 8, 128, dash::Mask::Full},     {64, 512, 16, 16, 128, dash::Mask::Causal},
-      {64, 4096, 28, 4, 128, dash::Mask::Causal},  {2, 8192, 16, 16, 64, dash::Mask::Causal},
-      {1, 32768, 32, 8, 128, dash::Mask::Causal},  {1, 131072, 16, 16, 128, dash::Mask::Causal},
-      {1, 131072, 32, 8, 128, dash::Mask::Causal}, {1, 131072, 16, 16, 128, dash::Mask::Full},
-      {1, 131072, 32, 8, 64, dash::Mask::Causal},
-  };
   if (varlen_only) {
     bench_varlen(out, commit, repeats);
     std::fclose(out);
     return 0;
   }
-  std::printf("%-44s %10s %12s %12s %10s %s\n", "shape (auto, 132 CTAs)", "first ms", "new batch ms", "seen ms",
-              "visits", "plan");
-  for (const Shape& s : shapes) {
-    std::vector<double> first, new_batch, seen;
+  std::printf("%-44s %10s %10s %12s %12s %10s %s\n", "shape (auto, 132 CTAs)", "fresh ms", "first ms",
+              "new batch ms", "seen ms", "visits", "plan");
+  for (size_t index = 0; index < fixed_shapes().size(); ++index) {
+    const Shape& s = fixed_shapes()[index];
+    std::vector<double> fresh, first, new_batch, seen;
+    for (int r = 0; r < repeats; ++r) fresh.push_back(fresh_process_ms("--fresh-call " + std::to_string(index)));
     dash::BoundPlan plan;
     for (int r = 0; r < repeats; ++r) {
       dash::clear_template_cache();
@@ -195,14 +218,14 @@ int main(int argc, char** argv) {
                   s.head_dim, dash::mask_name(s.mask));
     const char* mode = dash::gqa_mode_name(static_cast<dash::GqaMode>(plan.header.gqa_mode));
     const char* planner = dash::planner_name(static_cast<dash::Planner>(plan.header.planner));
-    std::printf("%-44s %10.3f %12.4f %12.4f %10d %s %s\n", name, median(first), median(new_batch), median(seen),
-                plan.header.visits_per_unit, mode, planner);
+    std::printf("%-44s %10.3f %10.3f %12.4f %12.4f %10d %s %s\n", name, median(fresh), median(first),
+                median(new_batch), median(seen), plan.header.visits_per_unit, mode, planner);
     std::fprintf(out,
                  "{\"commit\":\"%s\",\"op\":\"plan_for\",\"config\":\"%s\",\"schedule\":\"auto\",\"num_ctas\":132,"
-                 "\"first_call_ms\":%.4f,\"new_batch_ms\":%.5f,\"seen_ms\":%.5f,\"visits_per_unit\":%d,"
-                 "\"gqa_plan\":\"%s\",\"planner\":\"%s\",\"repeats\":%d}\n",
-                 commit.c_str(), name, median(first), median(new_batch), median(seen), plan.header.visits_per_unit,
-                 mode, planner, repeats);
+                 "\"fresh_process_ms\":%.4f,\"first_call_ms\":%.4f,\"new_batch_ms\":%.5f,\"seen_ms\":%.5f,"
+                 "\"visits_per_unit\":%d,\"gqa_plan\":\"%s\",\"planner\":\"%s\",\"repeats\":%d}\n",
+                 commit.c_str(), name, median(fresh), median(first), median(new_batch), median(seen),
+                 plan.header.visits_per_unit, mode, planner, repeats);
   }
   bench_varlen(out, commit, repeats);
   std::fclose(out);

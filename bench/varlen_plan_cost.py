@@ -4,12 +4,13 @@ time at 16k tokens), on a CUDA machine.
 
 For each pack of bench/varlen_bench.py (the same lengths, seed 0) and for `--steps` further packs of fresh lengths
 (seeds 1, 2, ...: what the next training steps hand over), the host time of dash_pack_create +
-dash_plan_create_varlen (the upload included: it is enqueued on a private stream) in this process, in order: the
-first pack of the process pays the template builds of its shapes, later packs mostly find their templates cached.
+dash_plan_create_varlen (the upload included: it is enqueued on a private stream) in this process, in order, once the
+CUDA context exists: the first pack of the process also pays the library's first device allocations and the template
+builds of its shapes, later packs mostly find their templates cached.
 Beside it, the GPU time of one layer's attention on that pack (varlen forward + deterministic backward, the
 protocol's timer): a step runs that once per layer, and plans once.
 
-    python3 bench/varlen_plan_cost.py --out plan-cost.jsonl [--steps 5]
+    python3 bench/varlen_plan_cost.py --out plan-cost.jsonl [--steps 5] [--commit SHA]
 """
 import argparse
 import json
@@ -55,9 +56,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=5, help="further packs of fresh lengths after the seed-0 ones")
+    ap.add_argument("--commit", help="the library's commit (default: git's HEAD here)")
     args = ap.parse_args()
-    env = dict(commit=git_commit(), call_id=uuid.uuid4().hex[:12], gpu=torch.cuda.get_device_name(0),
+    env = dict(commit=args.commit or git_commit(), call_id=uuid.uuid4().hex[:12], gpu=torch.cuda.get_device_name(0),
                torch=torch.__version__, dtype="bfloat16", timer="host perf_counter (plan); cuda events (layer)")
+    torch.zeros(1, device="cuda")  # the CUDA context exists before the first timing, as in a training process
     order = [(name, 0, lengths) for name, lengths in packs(0)]
     order += [(name, seed, lengths) for seed in range(1, args.steps + 1) for name, lengths in packs(seed)]
     rows = []
