@@ -34,6 +34,7 @@
 
 #include "hopper/fwd/fwd_config.cuh"
 #include "hopper/fwd/fwd_softmax.cuh"
+#include "hopper/ptx.cuh"  // L2Hint
 #include "hopper/sync.cuh"
 #include "hopper/varlen.cuh"
 #include "hopper/warpgroup_mma.cuh"
@@ -174,7 +175,7 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
     // The full barrier completes when the arrival (this thread) and the expected bytes (the TMA) are both in.
     // L2 priorities: a Q tile is read once (EVICT_FIRST), a K/V tile by every Q tile of its head (EVICT_LAST).
     mbarrier_arrive_expect_tx(&smem.q_full, Config::kQTileBytes);
-    copy(params.tma_q.with(smem.q_full, 0, cute::TMA::CacheHintSm90::EVICT_FIRST), tQgQ, tQsQ);
+    copy(params.tma_q.with(smem.q_full, 0, L2Hint::EVICT_FIRST), tQgQ, tQsQ);
 
     for (int n = range.end - 1; n >= range.begin; --n) {
       auto [tKgK, tKsK] = tma_partition(params.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
@@ -184,13 +185,11 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
       // Reuse a K buffer only after all consumer warps released it (their S GEMM reading it completed).
       mbarrier_wait(&smem.k_empty[stage.index], stage.phase ^ 1u);
       mbarrier_arrive_expect_tx(&smem.k_full[stage.index], Config::kKVTileBytes);
-      copy(params.tma_k.with(smem.k_full[stage.index], 0, cute::TMA::CacheHintSm90::EVICT_LAST), tKgK,
-           tKsK(_, stage.index));
+      copy(params.tma_k.with(smem.k_full[stage.index], 0, L2Hint::EVICT_LAST), tKgK, tKsK(_, stage.index));
       // Likewise V, released after the O += P V GEMM that read it completed.
       mbarrier_wait(&smem.v_empty[stage.index], stage.phase ^ 1u);
       mbarrier_arrive_expect_tx(&smem.v_full[stage.index], Config::kKVTileBytes);
-      copy(params.tma_v.with(smem.v_full[stage.index], 0, cute::TMA::CacheHintSm90::EVICT_LAST), tVgV,
-           tVsV(_, stage.index));
+      copy(params.tma_v.with(smem.v_full[stage.index], 0, L2Hint::EVICT_LAST), tVgV, tVsV(_, stage.index));
       stage.advance();
       // The next tile is decoded once this one's first K/V loads are out: a varlen look-up reads global memory,
       // and here its latency hides behind the loads in flight instead of delaying them.
