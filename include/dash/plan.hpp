@@ -8,11 +8,13 @@
 //   std::vector<uint8_t> blob = plan.to_blob();  // the bytes described by dash/plan_format.h
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "dash/geometry.hpp"
@@ -67,12 +69,48 @@ struct PlanRequest {
   const CostModel* cost = nullptr;  // for auto; nullptr = CostModel::for_problem(problem, tiles)
 };
 
+namespace detail {
+// TableAllocator's storage (src/core/table_memory.cpp): throws std::bad_alloc.
+void* allocate_table(size_t bytes);
+void free_table(void* table) noexcept;
+}  // namespace detail
+
+// The storage of the visit table, the one table that grows with the tile pairs (8 MB of a 128k-token causal unit):
+// - resize() leaves new elements uninitialised: the planners write every visit, and zero-filling first cost about
+//   0.6 ms per 8 MB (a vector cannot otherwise grow without writing every element);
+// - a table of 2 MiB and more is 2 MiB-aligned and advised for transparent huge pages where the kernel offers them,
+//   so that its fresh memory is faulted in 2 MiB pages instead of 4 KiB ones (8 MB: about 2 ms -> 0.6 ms on the
+//   2-core development machine).
+template <class T>
+struct TableAllocator {
+  using value_type = T;
+  TableAllocator() = default;
+  template <class U>
+  TableAllocator(const TableAllocator<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(detail::allocate_table(n * sizeof(T))); }
+  void deallocate(T* p, size_t) noexcept { detail::free_table(p); }
+  // Default-initialisation: nothing is written for a plain struct. Every other construction as usual.
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  template <class U>
+  bool operator==(const TableAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+using VisitTable = std::vector<dash_visit, TableAllocator<dash_visit>>;
+
 // An owning, validated plan. The vectors are the unit template's tables of dash/plan_format.h.
 struct Plan {
   dash_plan_header header{};
   std::vector<dash_item> items;
   std::vector<dash_segment> segments;
-  std::vector<dash_visit> visits;
+  VisitTable visits;                       // new elements of resize() are uninitialised (TableAllocator)
   std::vector<uint16_t> dq_count;          // [heads_per_unit * num_q_tiles]
   std::vector<uint8_t> group_head_by_rank; // [group_size]
   std::string note;                        // generalisations, auto's choice and fallbacks, in words

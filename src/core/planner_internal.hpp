@@ -17,7 +17,8 @@ namespace dash::detail {
 void set_planner_threads(int n);
 // Threads for a template of `visits` visits: 1 below 2^18, else up to min(hardware threads, 8).
 int planner_threads(int64_t visits);
-// Runs part(0) .. part(parts - 1) on parts threads and rethrows the exception of the lowest part that threw.
+// Runs part(0) .. part(parts - 1) on the caller and up to parts - 1 workers of a pool kept for the process (parts are
+// claimed one at a time), and rethrows the exception of the lowest part that threw.
 void run_parallel(int parts, const std::function<void(int)>& part);
 // Part `part` of `parts` of a segment table in visit order (parts of about equal visits): its first segment.
 int32_t first_segment_of_part(const std::vector<dash_segment>& segments, int64_t visits, int part, int parts);

@@ -11,9 +11,12 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <iterator>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <system_error>
@@ -53,49 +56,114 @@ const char* gqa_mode_name(GqaMode mode) {
 // ---- Threads for large templates (also used by validate.cpp, which declares these) ----
 // A 128k-token unit holds 1-8M visits: 10-40 ms of building and validating on one core, where a new shape's first
 // call should take a few. The visits split into independent parts (by segment, or by lock-step position), so
-// both build and validation spread over up to kMaxThreads threads. Starting a thread costs 20-50 us, so small
-// templates stay on the caller's thread, and each thread gets at least kVisitsPerThread visits (about 0.3 ms of
-// work). The output never depends on the thread count: every part computes exactly what the one-thread walk
-// computes for its range, starting from counts derived from everything before it.
+// both build and validation spread over up to kMaxThreads threads. Small templates stay on the caller's thread,
+// and each part gets at least kVisitsPerThread visits (about 0.3 ms of work). The output never depends on the
+// thread count: every part computes exactly what the one-thread walk computes for its range, starting from counts
+// derived from everything before it.
 namespace detail {
 namespace {
 constexpr int kMaxThreads = 8;
 constexpr int64_t kVisitsPerThread = int64_t(1) << 17; // so threads start at 2^18 visits
 std::atomic<int> g_forced_threads{0};
+
+int hardware_threads() {
+  static const int hardware = std::clamp(int(std::thread::hardware_concurrency()), 1, kMaxThreads);
+  return hardware;
+}
+
+// The parts of one run_parallel call. Parts are claimed one at a time by the caller and the workers.
+struct Job {
+  Job(const std::function<void(int)>& part, int parts) : part(&part), parts(parts), error(std::max(parts, 0)) {}
+  const std::function<void(int)>* part;
+  int parts;
+  std::atomic<int> next{0};
+  std::vector<std::exception_ptr> error;  // per part
+  int holders = 0;                        // workers that took the job and may still claim (under the pool's mutex)
+
+  void claim_and_run() {
+    for (int k; (k = next.fetch_add(1, std::memory_order_relaxed)) < parts;) {
+      try {
+        (*part)(k);
+      } catch (...) {
+        error[k] = std::current_exception();
+      }
+    }
+  }
+};
+
+// Workers for run_parallel, started on first use and kept, so that a template's four parallel passes wake threads
+// instead of starting them (20-50 us each, 100-200 us on a virtual machine). A worker the scheduler starts late (its
+// core busy) costs nothing: the caller runs the parts nobody has claimed, and waits only for workers that have taken
+// the job, each finishing the part it claimed. Forked children run every part themselves (they have no workers).
+class WorkerPool {
+ public:
+  // false if another caller's job is running: the caller then runs its parts itself.
+  bool run(Job& job) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (job_ != nullptr) return false;
+    start_workers(std::min(job.parts, hardware_threads()) - 1);
+    job_ = &job;
+    ++generation_;
+    lock.unlock();
+    wake_.notify_all();
+    job.claim_and_run();
+    lock.lock();
+    job_ = nullptr;  // workers that wake from now on find nothing to take
+    released_.wait(lock, [&] { return job.holders == 0; });
+    return true;
+  }
+
+ private:
+  // Called before the job is published: the new workers take it.
+  void start_workers(int wanted) {
+    for (; workers_ < wanted; ++workers_) {
+      try {
+        std::thread([this, seen = generation_] { work(seen); }).detach();
+      } catch (const std::system_error&) {
+        return;  // no more threads to be had: the parts are claimed by those there are
+      }
+    }
+  }
+
+  // `seen`: the last job this worker need not take.
+  void work(uint64_t seen) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return job_ != nullptr && generation_ != seen; });
+      seen = generation_;
+      Job& job = *job_;
+      ++job.holders;
+      lock.unlock();
+      job.claim_and_run();
+      lock.lock();
+      if (--job.holders == 0) released_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, released_;
+  Job* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int workers_ = 0;
+};
+
+WorkerPool& pool() {
+  static WorkerPool* instance = new WorkerPool;  // never destroyed: its workers wait on it until the process exits
+  return *instance;
+}
 } // namespace
 
 void set_planner_threads(int n) { g_forced_threads.store(std::max(n, 0), std::memory_order_relaxed); }
 
 int planner_threads(int64_t visits) {
   if (const int forced = g_forced_threads.load(std::memory_order_relaxed)) return forced;
-  static const int hardware = std::clamp(int(std::thread::hardware_concurrency()), 1, kMaxThreads);
-  return int(std::clamp<int64_t>(visits / kVisitsPerThread, 1, hardware));
+  return int(std::clamp<int64_t>(visits / kVisitsPerThread, 1, hardware_threads()));
 }
 
 void run_parallel(int parts, const std::function<void(int)>& part) {
-  if (parts <= 1) {
-    part(0);
-    return;
-  }
-  std::vector<std::exception_ptr> error(parts);
-  const auto guarded = [&](int k) {
-    try {
-      part(k);
-    } catch (...) {
-      error[k] = std::current_exception();
-    }
-  };
-  std::vector<std::thread> threads;
-  int spawned = 1;
-  try {
-    for (; spawned < parts; ++spawned) threads.emplace_back(guarded, spawned);
-  } catch (const std::system_error&) {
-    // No more threads to be had: the parts are independent, so the rest run here.
-  }
-  guarded(0);
-  for (int k = spawned; k < parts; ++k) guarded(k);
-  for (std::thread& t : threads) t.join();
-  for (const std::exception_ptr& e : error)
+  Job job(part, parts);
+  if (parts <= 1 || !pool().run(job)) job.claim_and_run();
+  for (const std::exception_ptr& e : job.error)
     if (e) std::rethrow_exception(e);
 }
 
@@ -266,7 +334,8 @@ void chunk_lockstep_items(TemplateDraft& t, const char* unit_of_item) {
   std::vector<ItemDraft> chunked(kMaxLockstepItems);
   for (size_t i = 0; i < t.items.size(); ++i) {
     auto& segments = chunked[i % kMaxLockstepItems].segments;
-    segments.insert(segments.end(), t.items[i].segments.begin(), t.items[i].segments.end());
+    segments.insert(segments.end(), std::make_move_iterator(t.items[i].segments.begin()),
+                    std::make_move_iterator(t.items[i].segments.end()));
   }
   t.items = std::move(chunked);
   t.generalised = true;
@@ -328,7 +397,9 @@ TemplateDraft plan_symmetric_shift(const UnitRows& rows, Mask mask) {
     const std::vector<Run> rest = outside(rows.heads, big_rows, rect_begin, rect_end);
     big.order.insert(big.order.end(), rest.begin(), rest.end());
     SegmentDraft small{small_rows, reversed(ascending(rows.heads, small_rows.q_begin, small_rows.q_end))};
-    t.items.push_back({{big, small}});
+    std::vector<SegmentDraft>& segments = t.items.emplace_back().segments;  // moved: an initializer list copies
+    segments.push_back(std::move(big));
+    segments.push_back(std::move(small));
   }
   if (n % 2 == 1) {
     const KvRows& middle = rows.kv[by_length[pairs]];
@@ -416,59 +487,102 @@ class RankCounter {
   int32_t num_q_;
 };
 
-// Writes the segment's visits in its order from `out` on, each passed through `rank` (which may leave it unranked).
+// Writes visits from..from + count - 1 of run `r` of the segment from `out` on, each passed through `rank` (which may
+// leave it unranked), and returns the end.
 template <typename Rank>
-void write_visits(const SegmentDraft& seg, dash_visit* out, Rank&& rank) {
-  const int32_t full_begin = seg.rows.full_begin, full_end = seg.rows.full_end;
-  for (const Run& r : seg.order) {
-    const int32_t step = r.descending ? -1 : 1;
-    const uint8_t head = uint8_t(r.head);
-    for (int32_t k = 0, q = r.q_first; k < r.count; ++k, q += step) {
-      const uint8_t flags = q < full_begin || q >= full_end ? DASH_VISIT_PARTIAL_MASK : 0;
-      *out++ = rank(dash_visit{uint16_t(q), 0, head, flags, 0});
-    }
+dash_visit* write_run(const SegmentDraft& seg, const Run& r, int32_t from, int32_t count, dash_visit* out, Rank&& rank) {
+  // Q tiles outside [full_begin, full_end) are partial: one unsigned comparison.
+  const int32_t full_begin = seg.rows.full_begin;
+  const uint32_t full_count = uint32_t(seg.rows.full_end - full_begin);
+  const int32_t step = r.descending ? -1 : 1;
+  const uint8_t head = uint8_t(r.head);
+  int32_t q = r.q_first + step * from;
+  for (dash_visit* const end = out + count; out < end; ++out, q += step) {
+    const uint8_t flags = uint32_t(q - full_begin) >= full_count ? DASH_VISIT_PARTIAL_MASK : 0;
+    *out = rank(dash_visit{uint16_t(q), 0, head, flags, 0});
   }
+  return out;
 }
 
+// One item's visits in its order, read from its drafts' runs rather than from a table.
+class ItemWalk {
+ public:
+  // Positioned at the item's visit `skip`.
+  ItemWalk(const ItemDraft& item, int32_t skip) : item_(&item) {
+    for (; segment_ < item.segments.size(); ++segment_, run_ = 0)
+      for (; run_ < item.segments[segment_].order.size(); ++run_) {
+        const int32_t count = item.segments[segment_].order[run_].count;
+        if (skip < count) {
+          taken_ = skip;
+          return;
+        }
+        skip -= count;
+      }
+  }
+  // Writes the next n visits (unranked; the item has them) from `out` on.
+  void take(int32_t n, dash_visit* out) {
+    while (n > 0) {
+      const SegmentDraft& seg = item_->segments[segment_];
+      const Run& r = seg.order[run_];
+      const int32_t k = std::min(n, r.count - taken_);
+      out = write_run(seg, r, taken_, k, out, [](dash_visit v) { return v; });
+      n -= k;
+      taken_ += k;
+      if (taken_ == r.count) {  // next run, of this segment or the next with any
+        taken_ = 0;
+        if (++run_ == seg.order.size()) {
+          run_ = 0;
+          do ++segment_;
+          while (segment_ < item_->segments.size() && item_->segments[segment_].order.empty());
+        }
+      }
+    }
+  }
+
+ private:
+  const ItemDraft* item_;
+  size_t segment_ = 0, run_ = 0;
+  int32_t taken_ = 0;  // visits of the current run written
+};
+
 // Lock-step arrival: the visit at position p of item i arrives at time (p, i), and ranks are handed out in that
-// order; this ranks positions [from, to) of every item. Consecutive arrivals lie an item apart in the visit table
-// (items of equal length a power of two bytes apart, so that a direct walk thrashes a few cache sets): the walk
-// copies the next kChunk visits of every item still running into one buffer, ranks them there step by step, and
-// copies them back.
-void rank_by_arrival(Plan& plan, RankCounter& ranks, int32_t from, int32_t to) {
+// order; this writes positions [from, to) of every item, ranked. Consecutive arrivals lie an item apart in the visit
+// table (items of equal length a power of two bytes apart, so that a direct walk thrashes a few cache sets): the walk
+// writes the next kChunk visits of every item still running into one buffer, ranks them there step by step, and
+// copies them out. Each visit is written once, where writing the table and ranking it in place read it back.
+void write_by_arrival(const TemplateDraft& draft, Plan& plan, RankCounter& ranks, int32_t from, int32_t to) {
   constexpr int32_t kChunk = 32;
-  std::vector<int32_t> begin, length; // of the items still running, in claim order; lengths cut at `to`
-  for (const dash_item& item : plan.items) {
+  struct Running {
+    ItemWalk walk;
+    int32_t begin, length;  // the item's first visit in the table, and its length cut at `to`
+  };
+  std::vector<Running> running;  // the items still running, in claim order
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const dash_item& item = plan.items[i];
     const dash_segment& first = plan.segments[item.first_segment];
     const dash_segment& last = plan.segments[item.first_segment + item.num_segments - 1];
     const int32_t item_length = last.first_visit + last.num_visits - first.first_visit;
-    if (item_length <= from) continue;
-    begin.push_back(first.first_visit);
-    length.push_back(std::min(item_length, to));
+    if (item_length > from) running.push_back({ItemWalk(draft.items[i], from), first.first_visit, std::min(item_length, to)});
   }
-  std::vector<dash_visit> buffer(begin.size() * kChunk);
-  for (int32_t base = from; !begin.empty(); base += kChunk) {
-    const size_t running = begin.size();
-    for (size_t k = 0; k < running; ++k)
-      std::copy_n(&plan.visits[begin[k] + base], std::min(kChunk, length[k] - base), &buffer[k * kChunk]);
+  std::vector<dash_visit> buffer(running.size() * kChunk);
+  for (int32_t base = from; !running.empty(); base += kChunk) {
+    for (size_t k = 0; k < running.size(); ++k)
+      running[k].walk.take(std::min(kChunk, running[k].length - base), &buffer[k * kChunk]);
     for (int32_t step = 0; step < kChunk; ++step)
-      for (size_t k = 0; k < running; ++k)
-        if (base + step < length[k]) buffer[k * kChunk + step] = ranks.ranked(buffer[k * kChunk + step]);
+      for (size_t k = 0; k < running.size(); ++k)
+        if (base + step < running[k].length) buffer[k * kChunk + step] = ranks.ranked(buffer[k * kChunk + step]);
     size_t kept = 0;
-    for (size_t k = 0; k < running; ++k) {
-      std::copy_n(&buffer[k * kChunk], std::min(kChunk, length[k] - base), &plan.visits[begin[k] + base]);
-      if (base + kChunk < length[k]) {
-        begin[kept] = begin[k];
-        length[kept++] = length[k];
-      }
+    for (size_t k = 0; k < running.size(); ++k) {
+      const Running& r = running[k];
+      std::copy_n(&buffer[k * kChunk], std::min(kChunk, r.length - base), &plan.visits[r.begin + base]);
+      if (base + kChunk < r.length) running[kept++] = r;
     }
-    begin.resize(kept);
-    length.resize(kept);
+    running.erase(running.begin() + kept, running.end());
   }
 }
 
-// Tables of 2 MB and more are often fresh pages from the kernel (glibc maps large allocations afresh, all of them
-// above 32 MB), which prefault() faults in.
+// Tables of 2 MB and more are often fresh pages from the kernel (the allocator maps large allocations afresh), which
+// prefault() faults in.
 constexpr int32_t kPrefaultVisits = int32_t(1) << 18;
 
 // Faults in the pages of [begin, end), storage about to be written. Linux (5.14 on) does it in one call, about
@@ -481,14 +595,14 @@ void prefault(char* begin, char* end, bool touch) {
   const uintptr_t first = (uintptr_t(begin) + kPage - 1) & ~(kPage - 1), last = uintptr_t(end) & ~(kPage - 1);
   if (first < last && madvise(reinterpret_cast<void*>(first), last - first, kPopulateWrite) == 0) return;
 #endif
-  // The storage is reserved but holds no visits yet: bytes are all it can hold, and resize() overwrites them.
+  // The storage holds no visits yet (TableAllocator leaves them uninitialised): any byte will do.
   if (touch)
     for (char* p = begin; p < end; p += kPage) *p = 0;
 }
 
-// Fills the plan's tables and assigns every visit its rank in its accumulator's order. With several threads,
-// each writes (and, in claim order, ranks) a run of whole segments, then each ranks a range of lock-step
-// positions; a part's counters start at what the runs before it contribute, so every rank is the one-thread one.
+// Fills the plan's tables and assigns every visit its rank in its accumulator's order. With several threads, each
+// writes a run of whole segments (claim order) or a range of lock-step positions of every item (lock-step arrival);
+// a part's counters start at what the parts before it contribute, so every rank is the one-thread one.
 void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per_unit, Plan& plan) {
   const int32_t num_q = grid.num_q_tiles();
   const int32_t total = lay_out(draft, num_q, heads_per_unit, plan);
@@ -498,10 +612,10 @@ void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per
     for (const SegmentDraft& seg : item.segments) drafts.push_back(&seg);
   const int threads = detail::planner_threads(total);
 
-  // A large table is fresh memory from the kernel, and faulting its pages in one by one as they are first written
-  // costs as much as writing them: fault them in first, in one call per part where the kernel can.
-  plan.visits.clear();
-  plan.visits.reserve(size_t(total));
+  // Every visit is written below, so the table is not zero-filled first (TableAllocator). A large table is fresh
+  // memory from the kernel, and faulting its pages in one by one as they are first written costs as much as writing
+  // them: fault them in first, in one call per part where the kernel can.
+  plan.visits.resize(size_t(total));
   if (total >= kPrefaultVisits) {
     char* bytes = reinterpret_cast<char*>(plan.visits.data());
     const size_t size = size_t(total) * sizeof(dash_visit);
@@ -509,32 +623,23 @@ void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per
       prefault(bytes + size * part / threads, bytes + size * (part + 1) / threads, threads > 1);
     });
   }
-  // A vector cannot grow without writing every element. On one thread the table grows segment by segment, so
-  // that the zeroing happens in cache just before the visits overwrite it; threads need the whole table first,
-  // and resize() zero-fills it alone.
-  if (threads > 1) plan.visits.resize(size_t(total));
-  const auto segment_visits = [&](int32_t s) {
-    const dash_segment& seg = plan.segments[s];
-    if (threads == 1) plan.visits.resize(size_t(seg.first_visit) + seg.num_visits); // within the reserve
-    return plan.visits.data() + seg.first_visit;
-  };
 
-  const bool claim_order = draft.rank_rule == RankRule::ClaimOrder;
-  detail::run_parallel(threads, [&](int part) {
-    const int32_t first = detail::first_segment_of_part(plan.segments, total, part, threads);
-    const int32_t end = detail::first_segment_of_part(plan.segments, total, part + 1, threads);
-    if (!claim_order) {
-      for (int32_t s = first; s < end; ++s) write_visits(*drafts[s], segment_visits(s), [](dash_visit v) { return v; });
-      return;
-    }
-    ContributionCounter before(accumulators, num_q);
-    for (int32_t s = 0; s < first; ++s)
-      for (const Run& r : drafts[s]->order) before.add_run(r, r.count);
-    RankCounter ranks(plan, num_q, before.counts());
-    for (int32_t s = first; s < end; ++s)
-      write_visits(*drafts[s], segment_visits(s), [&](dash_visit v) { return ranks.ranked(v); });
-  });
-  if (claim_order) return;
+  if (draft.rank_rule == RankRule::ClaimOrder) {
+    detail::run_parallel(threads, [&](int part) {
+      const int32_t first = detail::first_segment_of_part(plan.segments, total, part, threads);
+      const int32_t end = detail::first_segment_of_part(plan.segments, total, part + 1, threads);
+      ContributionCounter before(accumulators, num_q);
+      for (int32_t s = 0; s < first; ++s)
+        for (const Run& r : drafts[s]->order) before.add_run(r, r.count);
+      RankCounter ranks(plan, num_q, before.counts());
+      for (int32_t s = first; s < end; ++s) {
+        dash_visit* out = plan.visits.data() + plan.segments[s].first_visit;
+        for (const Run& r : drafts[s]->order)
+          out = write_run(*drafts[s], r, 0, r.count, out, [&](dash_visit v) { return ranks.ranked(v); });
+      }
+    });
+    return;
+  }
 
   std::vector<int32_t> lengths; // per item
   for (const dash_item& item : plan.items) {
@@ -557,7 +662,7 @@ void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per
         }
     }
     RankCounter ranks(plan, num_q, before.counts());
-    rank_by_arrival(plan, ranks, from, to);
+    write_by_arrival(draft, plan, ranks, from, to);
   });
 }
 

@@ -85,15 +85,17 @@ void check_structure(const Plan& plan) {
   if (next_segment != h.segments_per_unit) fail("segments not covered by items");
   if (next_visit != h.visits_per_unit) fail("visits not covered by segments");
   if (h.max_visits_per_item != max_visits) fail("max_visits_per_item is ", h.max_visits_per_item, ", not ", max_visits);
-  const int parts = detail::planner_threads(h.visits_per_unit);
-  detail::run_parallel(parts, [&](int part) {
-    const int32_t end = int32_t(int64_t(h.visits_per_unit) * (part + 1) / parts);
-    for (int32_t v = int32_t(int64_t(h.visits_per_unit) * part / parts); v < end; ++v) {
-      const dash_visit& vis = plan.visits[v];
-      if (vis.q_tile >= h.num_q_tiles) fail("visit ", v, " has Q tile ", vis.q_tile);
-      if (vis.head_in_unit >= h.heads_per_unit) fail("visit ", v, " has head ", int(vis.head_in_unit));
-    }
-  });
+}
+
+// (1), per visit: Q tile and head in range. Coverage (2) rejects every visit this rejects, so that this runs only when
+// coverage has failed, to report a structure failure first as the checks' order says (one pass less over the table).
+void check_visit_fields(const Plan& plan) {
+  const dash_plan_header& h = plan.header;
+  for (int32_t v = 0; v < h.visits_per_unit; ++v) {
+    const dash_visit& vis = plan.visits[v];
+    if (vis.q_tile >= h.num_q_tiles) fail("visit ", v, " has Q tile ", vis.q_tile);
+    if (vis.head_in_unit >= h.heads_per_unit) fail("visit ", v, " has head ", int(vis.head_in_unit));
+  }
 }
 
 // The Q tiles a KV tile meets, [q_begin, q_end), and those it meets without a masked pair, [full_begin,
@@ -113,14 +115,18 @@ KvGeometry kv_geometry(const Problem& problem, const TileGrid& grid, int32_t kv)
   return g;
 }
 
-// (2) Coverage: each segment's visits lie on unmasked blocks of its KV tile with the right partial-mask flag,
-// none twice, and as many as the KV tile has blocks; as every KV tile is one segment, that is exact coverage.
-// On the way it counts each accumulator's contributions, and notes whether every visit carries the rank (and
-// FIRST / LAST flags) it would have if accumulators took their contributions in claim order: the number of
-// earlier visits on its accumulator in the table.
+// (2) Coverage: each segment's visits lie on unmasked blocks of its KV tile (heads in range) with the right
+// partial-mask flag, none twice, and as many as the KV tile has blocks; as every KV tile is one segment, that is exact
+// coverage, and each accumulator's contributions follow from the geometry. On the way it checks what the FIRST / LAST
+// flags need once each accumulator's ranks are 0 .. dq_count - 1 (which (3) proves, whatever the order): every FIRST
+// visit has rank 0, every LAST visit rank dq_count - 1, and there are as many of each as accumulators with
+// contributions; then exactly the visits of those ranks carry them. And it notes whether every visit carries the rank
+// it would have if accumulators took their contributions in claim order: the number of earlier visits on its
+// accumulator in the table.
 struct Coverage {
   std::vector<int32_t> contributions; // per accumulator
-  bool ranked_in_claim_order = true;
+  bool flags_agree = true;            // given ranks 0 .. dq_count - 1
+  bool ranked_in_claim_order = true;  // and flags_agree
 };
 
 // What one part of the table says of an accumulator: its visits there, and the rank of the first of them.
@@ -128,8 +134,61 @@ struct Coverage {
 // claim rank iff it equals the visits of the parts before, which the merge checks.
 struct PartTally {
   int32_t last_segment = -1; // the last segment visiting it
-  int32_t visits = 0, first_rank = 0;
+  int32_t visits = 0, first_rank = 0; // counted while the part's visits are in claim order
 };
+
+// What one part of the table says: its tallies per accumulator, its FIRST and LAST flags, and its visits' order.
+struct PartCoverage {
+  std::vector<PartTally> tally;
+  int64_t firsts = 0, lasts = 0;
+  bool flags_agree = true, in_claim_order = true;
+};
+
+// Coverage of one segment. While kClaimOrder, it also counts each accumulator's visits and returns whether their
+// ranks are still in claim order; a part stops counting at its first visit out of claim order (at once in lock-step
+// plans), so that the loop is left with what coverage itself needs. A plain function of plain locals, not a lambda of
+// captured references: the compiler then keeps the bounds in registers across the tally's stores.
+template <bool kClaimOrder>
+bool cover_segment(const Plan& plan, int32_t s, const KvGeometry& g, PartCoverage& out) {
+  const int64_t nq = plan.header.num_q_tiles;
+  const int32_t heads = plan.header.heads_per_unit;
+  const dash_segment seg = plan.segments[s];
+  const int32_t kv = seg.kv_tile;
+  PartTally* const tally = out.tally.data();
+  const dash_visit* const visits = plan.visits.data();
+  const uint16_t* const dq_count = plan.dq_count.data();
+  bool in_claim_order = true;
+  for (int32_t v = seg.first_visit; v < seg.first_visit + seg.num_visits; ++v) {
+    const dash_visit vis = visits[v];
+    const int32_t q = vis.q_tile, rank = vis.dq_rank;
+    if (q < g.q_begin || q >= g.q_end) fail("block (q ", q, ", kv ", kv, ") is fully masked but visited");
+    if (vis.head_in_unit >= heads) fail("visit ", v, " has head ", int(vis.head_in_unit));
+    if (bool(vis.flags & DASH_VISIT_PARTIAL_MASK) != (q < g.full_begin || q >= g.full_end))
+      fail("block (q ", q, ", kv ", kv, ") has a wrong partial-mask flag");
+    const size_t a = size_t(vis.head_in_unit) * nq + q;
+    PartTally& t = tally[a];
+    if (t.last_segment == s) fail("block (head ", int(vis.head_in_unit), ", q ", q, ", kv ", kv, ") visited twice");
+    t.last_segment = s;
+    if (const int ends = vis.flags & (DASH_VISIT_FIRST | DASH_VISIT_LAST)) {  // about two visits per accumulator
+      const bool first = ends & DASH_VISIT_FIRST, last = ends & DASH_VISIT_LAST;
+      out.firsts += first;
+      out.lasts += last;
+      out.flags_agree &= (!first || rank == 0) & (!last || rank + 1 == dq_count[a]);
+    }
+    if constexpr (kClaimOrder) {
+      const int32_t seen = t.visits++;
+      if (seen == 0) t.first_rank = rank;
+      in_claim_order &= rank == t.first_rank + seen;
+    }
+  }
+  // In range and none twice: the segment covers its KV tile iff it has as many visits as the tile has blocks.
+  if (int64_t(seg.num_visits) != int64_t(heads) * (g.q_end - g.q_begin))
+    for (int64_t head = 0; head < heads; ++head)
+      for (int32_t q = g.q_begin; q < g.q_end; ++q)
+        if (tally[head * nq + q].last_segment != s)
+          fail("block (head ", head, ", q ", q, ", kv ", kv, ") has unmasked pairs but is never visited");
+  return kClaimOrder && in_claim_order;
+}
 
 Coverage check_coverage(const Plan& plan, const Problem& problem, const TileGrid& grid) {
   const dash_plan_header& h = plan.header;
@@ -141,59 +200,51 @@ Coverage check_coverage(const Plan& plan, const Problem& problem, const TileGrid
 
   const size_t accumulators = size_t(h.heads_per_unit) * nq;
   const int parts = detail::planner_threads(h.visits_per_unit);
-  std::vector<std::vector<PartTally>> tallies(parts);
-  std::vector<char> part_in_claim_order(parts, 1); // not vector<bool>: parts write their own elements at once
+  std::vector<PartCoverage> part_of(parts);
   // Each part checks whole segments, so every check but the claim-order one sees only its own part's tallies.
   detail::run_parallel(parts, [&](int part) {
-    tallies[part].assign(accumulators, PartTally{});
-    // Plain pointers keep the hot loop's bases in registers (through the vectors, GCC reloads them every visit).
-    PartTally* tally = tallies[part].data();
-    const dash_visit* visits = plan.visits.data();
-    const uint16_t* dq_count = plan.dq_count.data();
-    bool in_claim_order = true;
+    PartCoverage& p = part_of[part];
+    p.tally.assign(accumulators, PartTally{});
     const int32_t end = detail::first_segment_of_part(plan.segments, h.visits_per_unit, part + 1, parts);
     for (int32_t s = detail::first_segment_of_part(plan.segments, h.visits_per_unit, part, parts); s < end; ++s) {
-      const int32_t kv = plan.segments[s].kv_tile, first = plan.segments[s].first_visit;
-      const int32_t count = plan.segments[s].num_visits;
-      const KvGeometry g = kv_geometry(problem, grid, kv);
-      for (int32_t v = first; v < first + count; ++v) {
-        const dash_visit vis = visits[v];
-        const int32_t q = vis.q_tile;
-        if (q < g.q_begin || q >= g.q_end) fail("block (q ", q, ", kv ", kv, ") is fully masked but visited");
-        if (bool(vis.flags & DASH_VISIT_PARTIAL_MASK) != (q < g.full_begin || q >= g.full_end))
-          fail("block (q ", q, ", kv ", kv, ") has a wrong partial-mask flag");
-        const size_t a = size_t(vis.head_in_unit) * nq + q;
-        PartTally& t = tally[a];
-        if (t.last_segment == s)
-          fail("block (head ", int(vis.head_in_unit), ", q ", q, ", kv ", kv, ") visited twice");
-        t.last_segment = s;
-        const int32_t seen = t.visits++;
-        if (seen == 0) t.first_rank = vis.dq_rank;
-        // With the rank in claim order, the flags follow from the rank itself.
-        in_claim_order &= (vis.dq_rank == t.first_rank + seen) &
-                          (bool(vis.flags & DASH_VISIT_FIRST) == (vis.dq_rank == 0)) &
-                          (bool(vis.flags & DASH_VISIT_LAST) == (vis.dq_rank + 1 == dq_count[a]));
-      }
-      // In range and none twice: the segment covers its KV tile iff it has as many visits as the tile has blocks.
-      if (int64_t(count) != int64_t(h.heads_per_unit) * (g.q_end - g.q_begin))
-        for (int64_t head = 0; head < h.heads_per_unit; ++head)
-          for (int32_t q = g.q_begin; q < g.q_end; ++q)
-            if (tally[head * nq + q].last_segment != s)
-              fail("block (head ", head, ", q ", q, ", kv ", kv, ") has unmasked pairs but is never visited");
+      const KvGeometry g = kv_geometry(problem, grid, plan.segments[s].kv_tile);
+      p.in_claim_order = p.in_claim_order ? cover_segment<true>(plan, s, g, p) : cover_segment<false>(plan, s, g, p);
     }
-    part_in_claim_order[part] = in_claim_order;
   });
 
+  // Covered exactly, accumulator (head, q) has one contribution per KV tile that meets Q tile q: counted as the
+  // differences at the ends of each KV tile's interval.
   Coverage c{std::vector<int32_t>(accumulators, 0)};
-  for (int part = 0; part < parts; ++part) {
-    c.ranked_in_claim_order &= bool(part_in_claim_order[part]);
+  std::vector<int32_t> added(nq + 1, 0);
+  for (int32_t kv = 0; kv < nk; ++kv) {
+    const auto [q_begin, q_end] = detail::q_tile_range(problem, grid, kv);
+    ++added[q_begin];
+    --added[q_end];
+  }
+  int64_t with_contributions = 0;
+  for (int32_t q = 0, running = 0; q < nq; ++q) {
+    running += added[q];
+    for (int64_t head = 0; head < h.heads_per_unit; ++head) c.contributions[head * nq + q] = running;
+    with_contributions += running > 0 ? h.heads_per_unit : 0;
+  }
+
+  std::vector<int32_t> claimed(accumulators, 0);  // visits in the parts before, in claim order
+  int64_t firsts = 0, lasts = 0;
+  for (const PartCoverage& p : part_of) {
+    firsts += p.firsts;
+    lasts += p.lasts;
+    c.flags_agree &= p.flags_agree;
+    c.ranked_in_claim_order &= p.in_claim_order;
+    if (!c.ranked_in_claim_order) continue;
     for (size_t a = 0; a < accumulators; ++a) {
-      const PartTally& t = tallies[part][a];
+      const PartTally& t = p.tally[a];
       if (t.visits == 0) continue;
-      c.ranked_in_claim_order &= t.first_rank == c.contributions[a];
-      c.contributions[a] += t.visits;
+      c.ranked_in_claim_order &= t.first_rank == claimed[a];
+      claimed[a] += t.visits;
     }
   }
+  c.flags_agree &= firsts == with_contributions && lasts == with_contributions;
+  c.ranked_in_claim_order &= c.flags_agree;
   return c;
 }
 
@@ -249,97 +300,115 @@ Waits waves(const std::vector<int32_t>& reach) {
 }
 
 // (3)-(5) at once for ranks in lock-step arrival order (docs/DEADLOCK.md): walking the visits by (position in
-// item, item), each must carry the next rank of its accumulator and the matching FIRST / LAST flags. Then the
-// ranks are total orders, that walk is a topological order of the wait graph, and each wait targets the item of
-// the accumulator's previous visit in the walk. Returns each item's reach for (5), or nothing if a visit breaks
-// the order.
+// item, item), each must carry the next rank of its accumulator (coverage has checked that the FIRST / LAST flags
+// agree with the ranks). Then the ranks are total orders, that walk is a topological order of the wait graph, and
+// each wait targets the item of the accumulator's previous visit in the walk. Returns each item's reach for (5), or
+// nothing if a visit breaks the order.
 // Consecutive visits of the walk lie an item apart in the table (equal items a power of two bytes apart, so that
 // they share a few cache sets): it reads the next kChunk visits of every item still running into one buffer.
 // With several threads, each walks a range of positions; the merge then checks that each part's ranks continue
 // the parts before it and finds the previous item of each accumulator's first visit in a part.
-std::optional<std::vector<int32_t>> ranked_by_arrival(const Plan& plan) {
+namespace arrival {
+
+// Per accumulator, what the walk of one part needs at every visit (8 bytes: at 128k tokens a part's tallies of split
+// heads fit in L1), and what the merge needs of its first visit.
+struct Tally {
+  int32_t next_rank = -1; // the rank its next visit must carry; -1 before its first visit in the part
+  int32_t last_item = -1;
+};
+struct First {
+  int32_t rank, item;
+};
+struct Part {
+  std::vector<Tally> tally;   // per accumulator
+  std::vector<First> first;   // per accumulator, where tally.next_rank >= 0
+  std::vector<int32_t> reach; // per item
+  bool in_order = true;
+};
+
+// Walks positions [from, to) of every item (begin: each item's first visit, and the table's end). A plain function
+// of plain locals, as cover_segment.
+void walk(const Plan& plan, const std::vector<int32_t>& begin, int32_t from, int32_t to, Part& p) {
   constexpr int32_t kChunk = 32;
-  const int32_t nq = plan.header.num_q_tiles;
+  const int64_t nq = plan.header.num_q_tiles;
+  const int32_t num_items = int32_t(plan.items.size());
+  const dash_visit* const visits = plan.visits.data();
+  p.tally.assign(plan.dq_count.size(), Tally{});
+  p.first.resize(plan.dq_count.size());
+  p.reach.resize(num_items);
+  Tally* const tally = p.tally.data();
+  First* const first = p.first.data();
+  int32_t* const reach = p.reach.data();
+  struct Running {
+    int32_t item, length; // length cut at `to`
+  };
+  std::vector<Running> running;
+  for (int32_t i = 0; i < num_items; ++i) {
+    reach[i] = i;
+    const int32_t length = begin[i + 1] - begin[i];
+    if (from < to && length > from) running.push_back({i, std::min(length, to)});
+  }
+  std::vector<dash_visit> buffer(running.size() * kChunk);
+  for (int32_t base = from; !running.empty(); base += kChunk) {
+    const size_t count = running.size();
+    for (size_t k = 0; k < count; ++k)
+      std::copy_n(visits + begin[running[k].item] + base, std::min(kChunk, running[k].length - base), &buffer[k * kChunk]);
+    bool in_order = true;
+    const auto visit = [&](size_t k, int32_t step) {
+      const dash_visit vis = buffer[k * kChunk + step];
+      const int32_t item = running[k].item, rank = vis.dq_rank;
+      const size_t a = size_t(vis.head_in_unit) * nq + vis.q_tile;
+      Tally& t = tally[a];
+      if (t.next_rank < 0) first[a] = {rank, item};
+      else in_order &= rank == t.next_rank;
+      t.next_rank = rank + 1;
+      // A wait on a later item extends this one's reach (an earlier one never exceeds reach[item] >= item).
+      reach[item] = std::max(reach[item], t.last_item);
+      t.last_item = item;
+    };
+    // Steps every item still running reaches need no test of its length (all of them but in an item's last chunk).
+    int32_t common = kChunk;
+    for (const Running& r : running) common = std::min(common, r.length - base);
+    for (int32_t step = 0; step < common; ++step)
+      for (size_t k = 0; k < count; ++k) visit(k, step);
+    for (int32_t step = common; step < kChunk; ++step)
+      for (size_t k = 0; k < count; ++k)
+        if (base + step < running[k].length) visit(k, step);
+    if (!in_order) {
+      p.in_order = false;
+      return;
+    }
+    size_t kept = 0;
+    for (const Running& r : running)
+      if (base + kChunk < r.length) running[kept++] = r;
+    running.resize(kept);
+  }
+}
+
+}  // namespace arrival
+
+std::optional<std::vector<int32_t>> ranked_by_arrival(const Plan& plan) {
   const int32_t num_items = int32_t(plan.items.size());
   const size_t accumulators = plan.dq_count.size();
   const std::vector<int32_t> begin = item_begins(plan);
   std::vector<int32_t> lengths(num_items);
   for (int32_t i = 0; i < num_items; ++i) lengths[i] = begin[i + 1] - begin[i];
-  // Per accumulator, what the walk of one part needs at every visit (8 bytes: at 128k tokens a part's tallies of
-  // split heads fit in L1), and what the merge needs of its first visit.
-  struct Tally {
-    int32_t next_rank = -1; // the rank its next visit must carry; -1 before its first visit in the part
-    int32_t last_item = -1;
-  };
-  struct First {
-    int32_t rank, item;
-  };
-  struct Part {
-    std::vector<Tally> tally;   // per accumulator
-    std::vector<First> first;   // per accumulator, where tally.next_rank >= 0
-    std::vector<int32_t> reach; // per item
-    bool in_order = true;
-  };
   const int parts = detail::planner_threads(plan.header.visits_per_unit);
-  std::vector<Part> part_of(parts);
+  std::vector<arrival::Part> part_of(parts);
   detail::run_parallel(parts, [&](int part) {
-    const int32_t from = detail::first_position_of_part(lengths, part, parts);
-    const int32_t to = detail::first_position_of_part(lengths, part + 1, parts);
-    Part& p = part_of[part];
-    p.tally.assign(accumulators, Tally{});
-    p.first.resize(accumulators);
-    p.reach.resize(num_items);
-    Tally* tally = p.tally.data();
-    struct Running {
-      int32_t item, length; // length cut at `to`
-    };
-    std::vector<Running> running;
-    for (int32_t i = 0; i < num_items; ++i) {
-      p.reach[i] = i;
-      if (lengths[i] > from) running.push_back({i, std::min(lengths[i], to)});
-    }
-    if (from >= to) running.clear();
-    std::vector<dash_visit> buffer(running.size() * kChunk);
-    for (int32_t base = from; !running.empty(); base += kChunk) {
-      for (size_t k = 0; k < running.size(); ++k)
-        std::copy_n(&plan.visits[begin[running[k].item] + base], std::min(kChunk, running[k].length - base),
-                    &buffer[k * kChunk]);
-      for (int32_t step = 0; step < kChunk; ++step) {
-        for (size_t k = 0; k < running.size(); ++k) {
-          if (base + step >= running[k].length) continue;
-          const dash_visit vis = buffer[k * kChunk + step];
-          const int32_t item = running[k].item;
-          const size_t a = size_t(vis.head_in_unit) * nq + vis.q_tile;
-          Tally& t = tally[a];
-          if (t.next_rank < 0) p.first[a] = {vis.dq_rank, item};
-          // With the rank in walk order, the flags follow from the rank itself.
-          if ((t.next_rank >= 0 && vis.dq_rank != t.next_rank) ||
-              bool(vis.flags & DASH_VISIT_FIRST) != (vis.dq_rank == 0) ||
-              bool(vis.flags & DASH_VISIT_LAST) != (vis.dq_rank + 1 == plan.dq_count[a])) {
-            p.in_order = false;
-            return;
-          }
-          t.next_rank = vis.dq_rank + 1;
-          if (t.last_item > item) p.reach[item] = std::max(p.reach[item], t.last_item);
-          t.last_item = item;
-        }
-      }
-      size_t kept = 0;
-      for (const Running& r : running)
-        if (base + kChunk < r.length) running[kept++] = r;
-      running.resize(kept);
-    }
+    arrival::walk(plan, begin, detail::first_position_of_part(lengths, part, parts),
+                  detail::first_position_of_part(lengths, part + 1, parts), part_of[part]);
   });
 
   std::vector<int32_t> reach(num_items), next_rank(accumulators, 0), last_item(accumulators, -1);
   std::iota(reach.begin(), reach.end(), 0);
-  for (const Part& p : part_of) {
+  for (const arrival::Part& p : part_of) {
     if (!p.in_order) return std::nullopt;
     for (int32_t i = 0; i < num_items; ++i) reach[i] = std::max(reach[i], p.reach[i]);
     for (size_t a = 0; a < accumulators; ++a) {
-      const Tally& t = p.tally[a];
+      const arrival::Tally& t = p.tally[a];
       if (t.next_rank < 0) continue;
-      const First& first = p.first[a];
+      const arrival::First& first = p.first[a];
       if (first.rank != next_rank[a]) return std::nullopt;
       if (last_item[a] > first.item) reach[first.item] = std::max(reach[first.item], last_item[a]);
       next_rank[a] = t.next_rank;
@@ -429,7 +498,8 @@ Waits check_orders_and_waits(const Plan& plan, const Coverage& coverage) {
   check_counts_and_group(plan, coverage);
   // Claim order is a topological order in which every wait targets an earlier visit, so an earlier ticket.
   if (coverage.ranked_in_claim_order) return {};
-  if (const auto reach = ranked_by_arrival(plan)) return waves(*reach);
+  if (coverage.flags_agree)
+    if (const auto reach = ranked_by_arrival(plan)) return waves(*reach);
   return waves(check_acyclic(plan, check_ranks(plan)));
 }
 
@@ -442,7 +512,14 @@ ValidationReport validate_plan(const Plan& plan, int32_t num_ctas) {
     check_structure(plan);
     const Problem problem = Problem::from_c(plan.header.problem);
     const TileGrid grid(problem, {plan.header.block_m, plan.header.block_n});
-    const Waits waits = check_orders_and_waits(plan, check_coverage(plan, problem, grid));
+    Coverage coverage;
+    try {
+      coverage = check_coverage(plan, problem, grid);
+    } catch (const Failure&) {
+      check_visit_fields(plan);  // a structure failure comes first
+      throw;
+    }
+    const Waits waits = check_orders_and_waits(plan, coverage);
     report.min_coresident_ctas = waits.largest_wave;
     report.waits_only_backward = waits.only_backward;
     if (num_ctas < report.min_coresident_ctas)

@@ -293,8 +293,8 @@ dash::Plan exact_template(const dash::Problem& p, GqaMode mode, dash::Planner pl
   return plan;
 }
 
-template <class T>
-bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+template <class T, class Allocator>  // the visit table has its own allocator (dash::VisitTable)
+bool same_bytes(const std::vector<T, Allocator>& a, const std::vector<T, Allocator>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 

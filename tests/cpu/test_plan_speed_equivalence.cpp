@@ -11,7 +11,9 @@
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <tuple>
+#include <vector>
 
 #include "dash/plan.hpp"
 #include "test_problems.hpp"
@@ -305,6 +307,55 @@ TEST(PlanSpeedEquivalence, RejectsACycleInALockStepPlan) {
   expect_rejected(with_flags_of_ranks(plan), "wait cycle", "shift");
 }
 
+TEST(PlanSpeedEquivalence, RejectsAMissingMovedOrExtraFirstOrLastFlag) {
+  // Coverage counts the FIRST and LAST flags and checks the ranks of the flagged visits; the orders then prove the
+  // ranks: a flag missing, on a wrong visit, or on one visit more must each be found, in claim-order plans
+  // (ascending, descending) and lock-step ones alike.
+  const dash::Problem p = dash::test::make_problem(1000, 1000, dash::Mask::Causal);
+  for (Planner planner : dash::all_planners()) {
+    const dash::Plan plan = plan_of(p, planner);
+    // dQ5's rank-0 and rank-1 visits: the accumulator has several contributions.
+    const auto rank_of_q5 = [&](const dash::Plan& x, int rank) {
+      for (size_t v = 0; v < x.visits.size(); ++v)
+        if (x.visits[v].q_tile == 5 && x.visits[v].dq_rank == rank) return v;
+      return x.visits.size();
+    };
+    const size_t first = rank_of_q5(plan, 0), second = rank_of_q5(plan, 1);
+    ASSERT_LT(second, plan.visits.size()) << dash::planner_name(planner);
+    const size_t last = rank_of_q5(plan, plan.dq_count[5] - 1);
+    const std::string name = dash::planner_name(planner);
+    dash::Plan bad = plan;
+    bad.visits[first].flags &= ~DASH_VISIT_FIRST;
+    expect_rejected(bad, "FIRST flag", name + ", FIRST missing");
+    bad = plan;
+    bad.visits[second].flags |= DASH_VISIT_FIRST;
+    expect_rejected(bad, "FIRST flag", name + ", a second FIRST");
+    bad.visits[first].flags &= ~DASH_VISIT_FIRST;
+    expect_rejected(bad, "FIRST flag", name + ", FIRST moved");
+    bad = plan;
+    bad.visits[last].flags &= ~DASH_VISIT_LAST;
+    expect_rejected(bad, "LAST flag", name + ", LAST missing");
+    bad = plan;
+    bad.visits[second].flags |= DASH_VISIT_LAST;
+    expect_rejected(bad, "LAST flag", name + ", a second LAST");
+  }
+}
+
+TEST(PlanSpeedEquivalence, AStructureFailureIsReportedBeforeACoverageFailure) {
+  // Coverage rejects every visit the structure check rejects, and the per-visit structure check runs only when
+  // coverage has failed: the reason must still be the structure's, even when coverage fails earlier in the table.
+  for (Planner planner : dash::all_planners()) {
+    dash::Plan plan = plan_of(dash::test::make_problem(1000, 1000, dash::Mask::Causal), planner);
+    const int nv = int(plan.visits.size());
+    plan.visits[1] = plan.visits[0];  // a doubled block at the start
+    expect_rejected(plan, "visited twice", dash::planner_name(planner));
+    plan.visits[nv - 1].head_in_unit = 1;  // a head the unit does not have, at the end
+    expect_rejected(plan, "visit " + std::to_string(nv - 1) + " has head 1", dash::planner_name(planner));
+    plan.visits[nv / 2].q_tile = uint16_t(plan.header.num_q_tiles);  // and a Q tile past the last, in the middle
+    expect_rejected(plan, "visit " + std::to_string(nv / 2) + " has Q tile", dash::planner_name(planner));
+  }
+}
+
 // The planner and validator's thread count for one scope.
 class PlannerThreads {
  public:
@@ -350,8 +401,8 @@ TEST(PlanSpeedEquivalence, DISABLED_Timing128k) {
 
 // ---- threads: the output and every verdict must not depend on the thread count ----
 
-template <typename T>
-bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+template <typename T, typename Allocator>  // the visit table has its own allocator (dash::VisitTable)
+bool same_bytes(const std::vector<T, Allocator>& a, const std::vector<T, Allocator>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
@@ -385,6 +436,98 @@ void expect_same_verdicts(const dash::Plan& plan, const std::string& name) {
     const PlannerThreads scope(threads);
     EXPECT_EQ(verdict(plan), one) << name << ", " << threads << " threads";
   }
+}
+
+// ---- the bytes of the templates ----
+
+uint64_t fnv1a(uint64_t h, const void* data, size_t bytes) {
+  const auto* b = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+// FNV-1a over the header, every table and the note.
+uint64_t template_digest(const dash::Plan& plan) {
+  uint64_t h = fnv1a(1469598103934665603ull, &plan.header, sizeof plan.header);
+  h = fnv1a(h, plan.items.data(), plan.items.size() * sizeof(dash_item));
+  h = fnv1a(h, plan.segments.data(), plan.segments.size() * sizeof(dash_segment));
+  h = fnv1a(h, plan.visits.data(), plan.visits.size() * sizeof(dash_visit));
+  h = fnv1a(h, plan.dq_count.data(), plan.dq_count.size() * sizeof(uint16_t));
+  h = fnv1a(h, plan.group_head_by_rank.data(), plan.group_head_by_rank.size());
+  return fnv1a(h, plan.note.data(), plan.note.size());
+}
+
+struct RecordedTemplate {
+  const char* name;
+  dash::Problem problem;
+  dash::GqaMode mode;
+  uint64_t digest[4];  // per planner, in all_planners() order
+};
+
+// Digests recorded at 7d6e66e, before the visit table was left uninitialised (dash::TableAllocator), lock-step
+// templates were written in one pass from the drafts (planners.cpp, write_by_arrival) and threads came from a pool.
+// A planner changed on purpose changes them: the failure prints the new digest.
+std::vector<RecordedTemplate> recorded_templates() {
+  using dash::test::make_problem;
+  using dash::test::windowed;
+  return {
+      {"4100 causal", make_problem(4100, 4100, dash::Mask::Causal), dash::GqaMode::SplitHeads,
+       {0xc0c2bcd1946c5982ull, 0x82f912a0978e2169ull, 0xbb3f33b401e26a82ull, 0x518f3b6f10a84e6full}},
+      {"64k causal", make_problem(65536, 65536, dash::Mask::Causal), dash::GqaMode::SplitHeads,
+       {0x5c28415a224a18a6ull, 0x30db9827ebf671a9ull, 0xe90c99d63c1d91b4ull, 0xab20e53625a5a457ull}},
+      {"64k full, head dim 64", make_problem(65536, 65536, dash::Mask::Full, 1, 1, 1, 64), dash::GqaMode::SplitHeads,
+       {0x8f72ed0fbd147d12ull, 0x308db9e6e5746441ull, 0x7d0dddad96964717ull, 0x91c5e93ac63ae195ull}},
+      {"32k causal, pack 4", make_problem(32768, 32768, dash::Mask::Causal, 4, 1), dash::GqaMode::PackGroup,
+       {0xa131943a750373f9ull, 0xb70c83f3a3f3dd94ull, 0x5f06b4227da4aba7ull, 0xec85a87b365f264eull}},
+      {"3000 x 700 full, pack 2", make_problem(3000, 700, dash::Mask::Full, 2, 1), dash::GqaMode::PackGroup,
+       {0x98cd1a8f019ba742ull, 0x30c5691e0e78119bull, 0x863956ff60316210ull, 0x34d3cca7842c6abeull}},
+      {"40k window", windowed(make_problem(40000, 40000, dash::Mask::Full), 3000, 0), dash::GqaMode::SplitHeads,
+       {0x0bc88663fd759d1dull, 0x4b5770167cfc916eull, 0x024fad0e66ca30a1ull, 0xe831c8ae43b7d9b1ull}},
+  };
+}
+
+TEST(PlanSpeedEquivalence, TemplatesKeepTheirRecordedBytesInRecycledStorage) {
+  // The visit table is not zero-filled: a visit the build failed to write would keep whatever its storage held. Each
+  // build follows a table of its size filled with a pattern and freed (storage the allocator may hand out again; it
+  // does for tables under its mmap threshold, and for larger ones once it has freed one), so an unwritten byte
+  // changes the digest. One thread and the automatic count (the worker pool); two patterns.
+  for (const RecordedTemplate& t : recorded_templates())
+    for (size_t k = 0; k < dash::all_planners().size(); ++k) {
+      const Planner planner = dash::all_planners()[k];
+      const size_t visits = dash::build_unvalidated(t.problem, planner, {}, t.mode, 1).visits.size();
+      for (int threads : {1, 0})
+        for (unsigned char pattern : {0xA5, 0x5A}) {
+          {
+            dash::VisitTable stale(visits);
+            std::memset(stale.data(), pattern, visits * sizeof(dash_visit));
+          }
+          const PlannerThreads scope(threads);
+          const dash::Plan plan = dash::build_unvalidated(t.problem, planner, {}, t.mode, 1);
+          char expected[32];
+          std::snprintf(expected, sizeof expected, "0x%016llx", static_cast<unsigned long long>(t.digest[k]));
+          char got[32];
+          std::snprintf(got, sizeof got, "0x%016llx", static_cast<unsigned long long>(template_digest(plan)));
+          EXPECT_STREQ(got, expected) << t.name << ", " << dash::planner_name(planner) << ", " << threads
+                                      << " threads, pattern " << int(pattern);
+        }
+    }
+}
+
+TEST(PlanSpeedEquivalence, ConcurrentBuildsGiveTheSequentialTemplates) {
+  // Two callers at once: one runs its parts on the worker pool, the other (finding it busy) on its own thread.
+  const std::vector<RecordedTemplate> templates = recorded_templates();
+  std::vector<uint64_t> digests(templates.size() * 4);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c)
+    callers.emplace_back([&, c] {
+      for (size_t i = c; i < digests.size(); i += 3)
+        digests[i] = template_digest(dash::build_unvalidated(templates[i / 4].problem, dash::all_planners()[i % 4], {},
+                                                             templates[i / 4].mode, 1));
+    });
+  for (std::thread& t : callers) t.join();
+  for (size_t i = 0; i < digests.size(); ++i)
+    EXPECT_EQ(digests[i], templates[i / 4].digest[i % 4]) << templates[i / 4].name << ", "
+                                                         << dash::planner_name(dash::all_planners()[i % 4]);
 }
 
 // Shapes of about 2^18 visits and more, where threads start on their own (forced counts reach any size).
