@@ -17,7 +17,6 @@
 #include "dash/plan.hpp"
 #include "dash/simulator.hpp"
 #include "plan_internal.hpp"
-#include "planner_internal.hpp"  // run_parallel
 
 namespace dash {
 
@@ -376,38 +375,6 @@ std::optional<ResolutionClass> resolution_class(const PlanRequest& req) {
   const Problem representative = geometry_representative(req.problem, tiles);
   return ResolutionClass{reads_row ? auto_table_row(req.problem) : ResolutionClass::kUnread,
                          representative.seqlen_q, representative.seqlen_k};
-}
-
-void prebuild_templates(const std::vector<PlanRequest>& requests) {
-  if (!plan_memo_enabled()) return;
-  std::vector<TemplateKey> keys;
-  std::unordered_map<TemplateKey, bool, KeyHash> listed;
-  for (const PlanRequest& req : requests) {
-    if (req.schedule.kind == Schedule::Kind::AutoFastest) continue;
-    try {
-      const TileShape tiles = checked_tiles(req);
-      std::shared_ptr<const Resolution> seen;
-      if (resolution_memo().find(resolution_key(req, tiles), &seen)) continue;
-      std::string note;  // unused: plan_for writes the note
-      for (const Candidate& c : requested_candidates(req, tiles, note)) {
-        if (plan_limit_violation(req.problem, tiles, c.mode, req.num_ctas)) continue;
-        // The first candidate that passes the size limits: plan_for's choice unless its wave exceeds num_ctas.
-        const TemplateKey key = template_key(req.problem, tiles, c.mode, c.planner);
-        if (listed.emplace(key, true).second) keys.push_back(key);
-        break;
-      }
-    } catch (const Error&) {
-      // plan_for raises it again, naming the request
-    }
-  }
-  if (keys.size() < 2) return;  // one template: plan_for builds it, no other thread needed
-  run_parallel(int(keys.size()), [&](int i) {
-    try {
-      (void)cache().get(keys[size_t(i)]);
-    } catch (const Error&) {
-      // a planner bug the validator caught: plan_for raises it again
-    }
-  });
 }
 
 }  // namespace detail

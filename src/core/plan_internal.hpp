@@ -56,14 +56,6 @@ struct ResolutionClassHash {
 // dash::Error for an invalid request, as plan_for does.
 std::optional<ResolutionClass> resolution_class(const PlanRequest& request);
 
-// Builds, on the planners' worker pool, the templates that plan_for will take for `requests` (their first allowed
-// candidates), so that plan_for's own calls, made one after another, find them cached. For plan_for_pack, whose
-// sequences' templates are independent: 49 small templates built in sequence cost 1.4 ms on the H200 machine's host.
-// Changes no outcome (plan_for decides as before and builds whatever is still missing); skips requests resolved
-// before (their templates were built then), invalid ones (plan_for reports them) and everything when the memos are
-// off. Each distinct template is built once.
-void prebuild_templates(const std::vector<PlanRequest>& requests);
-
 struct PlanMemoStats {
   int64_t table_scans = 0;        // auto-table scans (fast or reference): one per auto_candidates memo miss
   int64_t candidate_hits = 0;     // auto_candidates answered from its memo

@@ -209,34 +209,12 @@ class TemplateTable {
     by_shape_.reserve(pack.sequences.size());
   }
 
-  // Before index_of: the resolution class of every distinct shape (one look-up each), and the templates of the
-  // classes built on the worker pool at once (detail::prebuild_templates) instead of one by one in index_of.
-  void prepare(const std::vector<dash_pack_sequence>& sequences) {
-    std::vector<PlanRequest> firsts;  // one request per class (or per shape without a class)
-    std::unordered_set<detail::ResolutionClass, detail::ResolutionClassHash> classes;
-    for (const dash_pack_sequence& s : sequences) {
-      if (s.seqlen_q == 0 || s.seqlen_k == 0) continue;
-      auto [it, added] = class_of_shape_.emplace(shape_of(s), std::nullopt);
-      if (!added) continue;
-      const PlanRequest request = request_of(s);
-      try {
-        it->second = detail::resolution_class(request);
-      } catch (const Error&) {
-        continue;  // index_of's plan_for raises it, naming the sequence
-      }
-      if (!it->second || classes.insert(*it->second).second) firsts.push_back(request);
-    }
-    detail::prebuild_templates(firsts);
-  }
-
   int32_t index_of(const dash_pack_sequence& s) {
-    const uint64_t shape = shape_of(s);
+    const uint64_t shape = uint64_t(uint32_t(s.seqlen_q)) << 32 | uint32_t(s.seqlen_k);
     if (auto it = by_shape_.find(shape); it != by_shape_.end()) return it->second;
-    const PlanRequest request = request_of(s);
+    const PlanRequest request{sequence_problem(pack_, s), schedule_, num_ctas_, tiles_, gqa_mode_, nullptr};
     try {
-      const auto known = class_of_shape_.find(shape);
-      const std::optional<detail::ResolutionClass> resolution =
-          known != class_of_shape_.end() ? known->second : detail::resolution_class(request);
+      const std::optional<detail::ResolutionClass> resolution = detail::resolution_class(request);
       if (resolution) {
         if (auto it = by_class_.find(*resolution); it != by_class_.end()) return by_shape_[shape] = it->second;
       }
@@ -252,13 +230,6 @@ class TemplateTable {
   const std::string& note() const { return note_; }
 
  private:
-  static uint64_t shape_of(const dash_pack_sequence& s) {
-    return uint64_t(uint32_t(s.seqlen_q)) << 32 | uint32_t(s.seqlen_k);
-  }
-  PlanRequest request_of(const dash_pack_sequence& s) const {
-    return PlanRequest{sequence_problem(pack_, s), schedule_, num_ctas_, tiles_, gqa_mode_, nullptr};
-  }
-
   // The index of `bound`'s unit template, listed if new; its note noted.
   int32_t add(BoundPlan bound) {
     if (!bound.note.empty() && seen_notes_.insert(bound.note).second)
@@ -283,7 +254,6 @@ class TemplateTable {
   TileShape tiles_;
   std::vector<BoundPlan>& templates_;
   std::unordered_map<uint64_t, int32_t> by_shape_;  // (seqlen_q, seqlen_k) -> index
-  std::unordered_map<uint64_t, std::optional<detail::ResolutionClass>> class_of_shape_;  // from prepare
   std::unordered_map<detail::ResolutionClass, int32_t, detail::ResolutionClassHash> by_class_;
   std::unordered_map<const UnitTemplate*, int32_t> by_unit_;
   std::unordered_set<std::string> seen_notes_;
@@ -324,7 +294,6 @@ VarlenPlan plan_for_pack(const Pack& pack, const Schedule& schedule, int32_t num
   out.tiles = default_backward_tiles(pack.problem.head_dim);
   out.sequences = pack.sequences;
   TemplateTable table(pack, schedule, num_ctas, gqa_mode, out.tiles, out.templates);
-  table.prepare(out.sequences);
 
   int64_t tickets = 0, q_tiles = 0, kv_tiles = 0;
   for (dash_pack_sequence& s : out.sequences) {
