@@ -257,12 +257,22 @@ def _bwd_cpu(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedu
              window_right=-1):
     problem = _problem(q, k, causal, window_left, window_right)
     plan = _abi.HostPlan(problem, schedule, _num_ctas(q.device, sm_margin), _abi.DASH_GQA_AUTO)
+
+    def run(*tensors):
+        args = _abi.pack_bwd_args(_abi.problem_values(problem), _abi.DASH_DTYPE_FP32, *tensors, softmax_scale)
+        check(LIB.dash_cpu_bwd(ctypes.byref(args), plan.blob, len(plan.blob)))
+
+    return _cpu_backward(dout, q, k, v, o, lse, run)
+
+
+def _cpu_backward(dout, q, k, v, o, lse, run):
+    """The CPU backend's backward in fp32, for the fixed-length and the varlen op: `run(q, k, v, o, dout, lse_ptr,
+    dq, dk, dv)` packs the arguments and calls the C ABI on fp32 copies; the gradients come back in the inputs'
+    dtypes."""
     q32, k32, v32, o32, do32 = (t.float().contiguous() for t in (q, k, v, o, dout))
     dq, dk, dv = (torch.empty_like(t) for t in (q32, k32, v32))
     lse = lse.contiguous()
-    args = _abi.pack_bwd_args(_abi.problem_values(problem), _abi.DASH_DTYPE_FP32, q32, k32, v32, o32, do32,
-                              lse.data_ptr(), dq, dk, dv, softmax_scale)
-    check(LIB.dash_cpu_bwd(ctypes.byref(args), plan.blob, len(plan.blob)))
+    run(q32, k32, v32, o32, do32, lse.data_ptr(), dq, dk, dv)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
@@ -533,14 +543,13 @@ def _varlen_bwd_cpu(dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqle
                         window_right)
     if entry.empty:
         return tuple(g.zero_() for g in _varlen_grads(q, k, v))
-    q32, k32, v32, o32, do32 = (t.float().contiguous() for t in (q, k, v, o, dout))
-    dq, dk, dv = (torch.empty_like(t) for t in (q32, k32, v32))
-    lse = lse.contiguous()
-    args = _abi.pack_varlen_bwd_args(entry.problem, _abi.DASH_DTYPE_FP32, q32, k32, v32, o32, do32, lse.data_ptr(),
-                                     dq, dk, dv, softmax_scale)
-    check(LIB.dash_cpu_bwd_varlen(ctypes.byref(args), entry.pack.handle, schedule.encode(),
-                                  _num_ctas(q.device, sm_margin), _abi.DASH_GQA_AUTO))
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+    def run(*tensors):
+        args = _abi.pack_varlen_bwd_args(entry.problem, _abi.DASH_DTYPE_FP32, *tensors, softmax_scale)
+        check(LIB.dash_cpu_bwd_varlen(ctypes.byref(args), entry.pack.handle, schedule.encode(),
+                                      _num_ctas(q.device, sm_margin), _abi.DASH_GQA_AUTO))
+
+    return _cpu_backward(dout, q, k, v, o, lse, run)
 
 
 _lib.impl("varlen_fwd", _varlen_fwd_cuda, "CUDA")

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // gpu_test_support.hpp — what the backward and varlen GPU suites share: whether a CUDA device is present (GPU tests
-// skip, saying so, without one) and bf16 bits <-> float.
+// skip, saying so, without one), bf16 bits <-> float, and random bf16 test tensors.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <random>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -37,6 +39,13 @@ inline float from_bf16(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+// `t` becomes n bf16 values drawn uniformly from [-1, 1) by `rng`, in order (the suites' inputs and gradients).
+inline void fill_uniform_bf16(std::vector<uint16_t>& t, size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  t.resize(n);
+  for (auto& x : t) x = to_bf16(u(rng));
 }
 
 }  // namespace dash::test

@@ -61,11 +61,7 @@ struct Problem {
   explicit Problem(const Case& cs, uint32_t seed) : c(cs) {
     scale = float(1.0 / std::sqrt(double(c.head_dim)));
     std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
-    auto fill = [&](std::vector<uint16_t>& t, size_t n) {
-      t.resize(n);
-      for (auto& x : t) x = to_bf16(u(rng));
-    };
+    auto fill = [&](std::vector<uint16_t>& t, size_t n) { dash::test::fill_uniform_bf16(t, n, rng); };
     const size_t nq = size_t(c.batch) * c.seqlen_q * c.heads_q * c.head_dim;
     const size_t nk = size_t(c.batch) * c.seqlen_k * c.heads_kv * c.head_dim;
     fill(q, nq);

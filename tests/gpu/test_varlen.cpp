@@ -81,11 +81,7 @@ struct HostPack {
   HostPack(const PackCase& pc, uint32_t seed) : c(pc), cu_q(cumulative(pc.seqlens_q)), cu_k(cumulative(pc.seqlens_k)) {
     scale = float(1.0 / std::sqrt(double(c.head_dim)));
     std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
-    auto fill = [&](std::vector<uint16_t>& t, size_t n) {
-      t.resize(n);
-      for (auto& x : t) x = to_bf16(u(rng));
-    };
+    auto fill = [&](std::vector<uint16_t>& t, size_t n) { dash::test::fill_uniform_bf16(t, n, rng); };
     fill(q, size_t(total_q()) * c.heads_q * c.head_dim);
     fill(k, size_t(total_k()) * c.heads_kv * c.head_dim);
     fill(v, size_t(total_k()) * c.heads_kv * c.head_dim);
