@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -48,6 +49,14 @@ LONG_ROWS = [(1, s, hq, hkv, 128, True) for s in (32768, 65536, 131072) for hq, 
 
 def config_name(b, s, hq, hkv, d, causal):
     return f"b{b}_s{s}_hq{hq}_hkv{hkv}_d{d}_{'causal' if causal else 'full'}"
+
+
+def parse_config(name):
+    """The row of a config name (config_name's inverse), so that --configs may name shapes off the grid."""
+    m = re.fullmatch(r"b(\d+)_s(\d+)_hq(\d+)_hkv(\d+)_d(\d+)_(causal|full)", name)
+    if m is None:
+        return None
+    return (*(int(x) for x in m.groups()[:5]), m.group(6) == "causal")
 
 
 def grid():
@@ -312,11 +321,11 @@ def main():
         env["tag"] = args.tag
     rows = grid()
     if args.configs or args.quick:
-        wanted = set(args.configs.split(",")) if args.configs else set(QUICK)
-        rows = [r for r in rows + LONG_ROWS if config_name(*r) in wanted]
-        missing = wanted - {config_name(*r) for r in rows}
+        wanted = args.configs.split(",") if args.configs else QUICK
+        rows = [parse_config(name) for name in wanted]
+        missing = [name for name, row in zip(wanted, rows) if row is None]
         if missing:
-            sys.exit(f"record.py: unknown config(s): {', '.join(sorted(missing))}")
+            sys.exit(f"record.py: config(s) not of the form b2_s8192_hq16_hkv16_d128_causal: {', '.join(missing)}")
     if args.only:
         case = Case(*rows[0])
         impls = dash_impls(case, schedules if not args.quick else dash_attn.SCHEDULES)

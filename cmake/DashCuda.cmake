@@ -144,6 +144,10 @@ set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 set(DASH_CUDA_FLAGS
   -gencode=arch=compute_90a,code=sm_90a
   --expt-relaxed-constexpr
+  # CuTe's wgmma selectors offer N = 48 (and the other multiples of 8 that are not multiples of 16 or 32) only
+  # with this: head dim 96's dQ GEMM gives each warpgroup 48 columns. Tiles whose N is a multiple of 64 get the
+  # same instruction either way (the selectors try the widest N first).
+  -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
   -Xptxas=-v                      # registers / spills for every kernel appear in the build log
   -lineinfo)
 set(DASH_HAVE_CUDA ON)

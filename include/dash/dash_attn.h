@@ -102,7 +102,7 @@ dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspac
  * dash_bwd launches 3 kernels and up to 2 cudaMemsetAsync on the stream, allocates nothing and does not
  * synchronise (CUDA-graph capturable). Deterministic mode adds every dQ partial in the plan's order, so the
  * gradients are bitwise reproducible; deterministic = 0 adds them in arrival order (faster, not reproducible).
- * Head dims 64 and 128, FULL, CAUSAL and WINDOW masks, bf16 and fp16. */
+ * Head dims 64, 96 and 128 (dash_supported_head_dims), FULL, CAUSAL and WINDOW masks, bf16 and fp16. */
 
 typedef struct dash_plan_s* dash_plan_t;
 

@@ -21,10 +21,13 @@
 //   fwd_block_n: keys per forward KV tile (the S tile lives in registers); fwd_stages: K/V ring depth.
 //   fwd_exp2_poly_every: every n-th exp2 of the forward on the FMA pipe instead of MUFU (0: none). At head dim 64
 //     MUFU saturates (as many exp2 per tile as the tensor cores need clocks): 1 in 8 measured +3-27%.
-// Backward tiles: 128-row Q tiles fit the registers at head dim <= 64; at 128 the dK/dV accumulators
+// Backward tiles: 128-row Q tiles fit the registers at head dim <= 64; above it the dK/dV accumulators
 // (2 x 128 x head_dim fp32 over two warpgroups) leave room for 64-row Q tiles only.
+// Head dim 96 (Phi-class models) has the tiles of 128: its forward's three-warpgroup variant would need
+// 48 O registers more than head dim 64's, past the 160 each of three warpgroups gets.
 #define DASH_KERNEL_TABLE(DASH_KERNEL_ROW) \
   DASH_KERNEL_ROW(64, 128, 128, 3, 128, 2, 8) \
+  DASH_KERNEL_ROW(96, 64, 128, 2, 128, 2, 0) \
   DASH_KERNEL_ROW(128, 64, 128, 2, 128, 2, 0)
 
 namespace dash {

@@ -35,7 +35,7 @@ def grads(fn, tensors, dout):
 # ---- rows that see no key ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("hdim", [64, 128])
+@pytest.mark.parametrize("hdim", [64, 96, 128])
 def test_rows_that_see_no_key_give_zero_output_minus_inf_lse_and_zero_gradients(device, hdim):
     # Causal, bottom-right aligned, seqlen_q > seqlen_k: query i sees key j iff j <= i - (200 - 70), so the first
     # 130 rows see nothing.
@@ -181,11 +181,11 @@ def test_cpu_refuses_what_cuda_refuses():
     with pytest.raises(ValueError, match="deterministic=False"):
         dash_attn.check_determinism(q, q, q, runs=2, deterministic=False)
     # The C ABI's CPU backend applies the same contract.
-    problem = _abi.Problem(batch=1, heads_q=1, heads_kv=1, seqlen_q=8, seqlen_k=8, head_dim=96,
+    problem = _abi.Problem(batch=1, heads_q=1, heads_kv=1, seqlen_q=8, seqlen_k=8, head_dim=80,
                            mask_kind=_abi.DASH_MASK_FULL, window_left=-1, window_right=-1, head_dim_v=0)
-    with pytest.raises(ValueError, match="head_dim: 96 is not supported"):
+    with pytest.raises(ValueError, match="head_dim: 80 is not supported"):
         _abi.check_problem(problem, True)
-    assert _abi.SUPPORTED_HEAD_DIMS == (64, 128)
+    assert _abi.SUPPORTED_HEAD_DIMS == (64, 96, 128)
 
 
 # ---- limits before work ------------------------------------------------------------------------------------

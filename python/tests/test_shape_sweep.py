@@ -23,13 +23,14 @@ from attention_reference import check_against_reference  # noqa: E402
 
 SEQLENS = (1, 2, 3, 7, 8, 17, 63, 64, 65, 113, 127, 128, 129, 203, 239, 1023, 1024, 1025)
 SCHEDULES = ("auto", "auto-fastest", "ascending", "descending", "shift", "symmetric-shift")
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = _abi.SUPPORTED_HEAD_DIMS  # every row of the kernel table
 MASKS = (False, True)  # causal
 # (batch, query heads, KV heads): MHA and GQA. The CPU backend is slow, so its heads are fewer.
 HEADS = {"cuda": ((2, 3, 3), (2, 6, 2)), "cpu": ((1, 2, 2), (1, 4, 2))}
 # Offsets d of the sampled (seqlen_q, seqlen_k) = (SEQLENS[i], SEQLENS[(i + d) % 18]) pairs: each offset puts
-# every length once on each side. 4 gives (239, 1) and 14 gives (1, 239).
-SAMPLE_OFFSETS = {"cuda": (0, 1, 4, 7, 9, 12, 14, 17), "cpu": (0, 4, 9, 14)}
+# every length once on each side. 4 gives (239, 1) and 14 gives (1, 239). 18 pairs per offset, and as many offsets
+# as it takes for every combination of the other dimensions to occur (216 on CUDA, 108 on the CPU).
+SAMPLE_OFFSETS = {"cuda": (0, 1, 2, 4, 5, 7, 9, 10, 12, 13, 14, 17), "cpu": (0, 2, 4, 9, 11, 14)}
 
 
 def sweep_mode(config):

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // bwd_layout_check.cu — host-only check of the Hopper backward kernel's shared-memory layout algebra
-// (src/cuda/hopper/bwd/bwd_kernel.cuh). Runs without a GPU. Checks, for both head dims (64: tiles 128 x 128;
-// 128: tiles 64 x 128) and both dtypes:
-//   - the dQ staging layout (a CuTe Swizzle over row-major kBlockM x kHeadDim fp32) equals the store warp's
-//     swz_f32<kHeadDim> at every position (the store warp reads what the MMA warpgroups write);
+// (src/cuda/hopper/bwd/bwd_kernel.cuh). Runs without a GPU. Checks, for every row of dash/kernel_table.hpp (64:
+// tiles 128 x 128; 96 and 128: tiles 64 x 128) and both dtypes:
+//   - the dQ staging layout (a CuTe Swizzle over column blocks of fp32) equals the store warp's and the convert
+//     kernel's DqStaging::offset at every position (the store warp reads what the MMA warpgroups write), and is
+//     the row-major layout with 4-float chunks XOR row & 7 where the head dim is a power of two;
 //   - the transposed operand views (Q^T, dO^T per stage, K^T, dS = view of dS^T per stage) address the same elements
 //     as the tiles they view;
 //   - the accumulator coordinate facts the MMA code relies on (additive thread offsets, warpgroup split,
@@ -20,10 +21,12 @@ int check(const char* name) {
   using C = BwdConfig<kHeadDim, kDtype>;
   int bad = 0;
   const auto staging = typename C::SmemLayoutdQStaging{};
+  constexpr bool kPowerOfTwo = (C::kHeadDim & (C::kHeadDim - 1)) == 0;
   for (int r = 0; r < C::kBlockM; ++r)
-    for (int c = 0; c < C::kHeadDim; ++c)
-      // swz_f32<kHeadDim>(r, c) of bwd_dq_handoff.cuh (a __device__ function, so restated here).
-      if (int(staging(r, c)) != r * C::kHeadDim + ((((c >> 2) ^ (r & 7))) << 2) + (c & 3)) ++bad;
+    for (int c = 0; c < C::kHeadDim; ++c) {
+      if (int(staging(r, c)) != C::Staging::offset(r, c)) ++bad;
+      if (kPowerOfTwo && int(staging(r, c)) != r * C::kHeadDim + ((((c >> 2) ^ (r & 7))) << 2) + (c & 3)) ++bad;
+    }
   const auto ds = typename C::SmemLayoutdS{};
   const auto dst = typename C::SmemLayoutdSt{};
   for (int st = 0; st < C::kDsStages; ++st)
@@ -36,7 +39,7 @@ int check(const char* name) {
     for (int q = 0; q < C::kBlockM; ++q)
       for (int d = 0; d < C::kHeadDim; ++d)
         if (qs(q, d, s) != qt(d, q, s)) ++bad;
-  const auto kv = typename C::SmemLayoutKV{};
+  const auto kv = typename C::SmemLayoutK{};
   const auto kt = typename C::SmemLayoutKt{};
   for (int k = 0; k < C::kBlockN; ++k)
     for (int d = 0; d < C::kHeadDim; ++d)
@@ -75,8 +78,9 @@ int check(const char* name) {
       auto ct = mma_dq.get_thread_slice(t).partition_C(idq);
       for (int i = 0; i < size(ct); ++i) {
         const int r = get<0>(ct(i)), d = get<1>(ct(i));
-        // warpgroup w computes head-dim columns [64w, 64w + 64) at D = 128, query rows [64w, 64w + 64) at 64
-        if ((t >= 128) != ((C::kDqWarpgroupsN == 2 ? d : r) >= 64)) ++bad;
+        // warpgroup w computes head-dim columns [kDqCols w, kDqCols (w + 1)) at kBlockM = 64, query rows
+        // [64w, 64w + 64) at 128
+        if ((t >= 128) != (C::kDqWarpgroupsN == 2 ? d >= C::kDqCols : r >= 64)) ++bad;
         // registers 2j, 2j+1 are adjacent columns of one row (the epilogue's pair stores rely on it) ...
         if (i % 2 == 1 && (get<0>(ct(i - 1)) != r || get<1>(ct(i - 1)) + 1 != d)) ++bad;
         // ... and land on 8 aligned, contiguous bytes of the staging buffer (its 64-bit stores rely on it)
@@ -102,8 +106,12 @@ int check(const char* name) {
 }  // namespace
 
 int main() {
-  const int bad = check<64, DASH_DTYPE_BF16>("hdim64 bf16") + check<64, DASH_DTYPE_FP16>("hdim64 fp16") +
-                  check<128, DASH_DTYPE_BF16>("hdim128 bf16") + check<128, DASH_DTYPE_FP16>("hdim128 fp16");
+  int bad = 0;
+#define DASH_CHECK_ROW(hd, ...)                             \
+  bad += check<hd, DASH_DTYPE_BF16>("hdim" #hd " bf16"); \
+  bad += check<hd, DASH_DTYPE_FP16>("hdim" #hd " fp16");
+  DASH_KERNEL_TABLE(DASH_CHECK_ROW)
+#undef DASH_CHECK_ROW
   std::printf(bad == 0 ? "OK\n" : "FAILED\n");
   return bad == 0 ? 0 : 1;
 }

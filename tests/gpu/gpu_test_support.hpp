@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// gpu_test_support.hpp — what the backward and varlen GPU suites share: whether a CUDA device is present (GPU tests
-// skip, saying so, without one), bf16 bits <-> float, and random bf16 test tensors.
+// gpu_test_support.hpp — what the GPU suites share: whether a CUDA device is present (GPU tests skip, saying so,
+// without one), the head dims of the kernel table, bf16 bits <-> float, and random bf16 test tensors.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,16 @@
 
 #include <cuda_runtime_api.h>
 
+#include "dash/kernel_table.hpp"
+
 namespace dash::test {
+
+// The head dims the kernels are built for (one per row of dash/kernel_table.hpp): the suites sweep all of them.
+inline std::vector<int> kernel_head_dims() {
+  std::vector<int> dims;
+  for (const KernelTableRow& row : kKernelTable) dims.push_back(row.head_dim);
+  return dims;
+}
 
 inline bool have_gpu() {
   int n = 0;

@@ -328,7 +328,7 @@ TEST_P(BackwardAccuracy, MatchesReference) {
 
 std::vector<AccuracyParam> accuracy_params() {
   std::vector<AccuracyParam> out;
-  for (int d : {64, 128})
+  for (int d : dash::test::kernel_head_dims())
     for (dash_mask_kind m : {DASH_MASK_FULL, DASH_MASK_CAUSAL}) {
       for (auto [sq, sk] : {std::pair{1, 1}, {113, 113}, {127, 129}, {129, 127}, {1000, 1000}, {64, 300}, {300, 64}}) {
         const int batch = sq >= 1000 ? 1 : 2;
@@ -403,6 +403,7 @@ std::vector<ScheduleParam> schedule_params() {
     out.push_back({{1, 2, 2, 777, 777, 128, DASH_MASK_CAUSAL}, s, DASH_GQA_SPLIT_HEADS});
     out.push_back({{1, 2, 2, 640, 640, 128, DASH_MASK_FULL}, s, DASH_GQA_SPLIT_HEADS});
     out.push_back({{1, 8, 2, 300, 300, 128, DASH_MASK_CAUSAL}, s, DASH_GQA_SPLIT_HEADS});
+    out.push_back({{1, 4, 2, 555, 555, 96, DASH_MASK_CAUSAL}, s, DASH_GQA_SPLIT_HEADS});
   }
   out.push_back({{1, 8, 2, 300, 300, 128, DASH_MASK_CAUSAL}, "ascending", DASH_GQA_PACK_GROUP});
   return out;

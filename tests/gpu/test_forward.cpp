@@ -33,6 +33,7 @@
 #include "dash/dash_attn.h"
 #include "dash/dash_attn.hpp"
 #include "forward_reference.hpp"
+#include "gpu_test_support.hpp"
 
 namespace {
 
@@ -104,13 +105,13 @@ std::vector<Case> all_cases() {
   // Length sweep: around the 128-row / 128-key tile edges, and odd lengths.
   for (int len : {1, 17, 113, 127, 128, 129, 255, 1000}) {
     for (auto mask : masks)
-      for (int d : {64, 128})
+      for (int d : dash::test::kernel_head_dims())
         for (auto dtype : dtypes) cases.push_back(make_case(len <= 255 ? "Small_Len" : "Len", 2, 2, 2, len, len, d, mask, dtype));
   }
   // seqlen_q != seqlen_k both ways; causal rows above the shifted diagonal see no key.
   for (auto [sq, sk] : {std::pair{113, 203}, std::pair{203, 113}, std::pair{17, 300}, std::pair{300, 17}}) {
     for (auto mask : masks)
-      for (int d : {64, 128}) cases.push_back(make_case("Small_Cross", 2, 2, 2, sq, sk, d, mask, DASH_DTYPE_BF16));
+      for (int d : dash::test::kernel_head_dims()) cases.push_back(make_case("Small_Cross", 2, 2, 2, sq, sk, d, mask, DASH_DTYPE_BF16));
   }
   for (auto mask : masks) {
     cases.push_back(make_case("Cross", 1, 2, 2, 1, 1000, 128, mask, DASH_DTYPE_BF16));
@@ -119,7 +120,7 @@ std::vector<Case> all_cases() {
   }
   // GQA (8 query heads on 2 KV heads) and MQA (8 on 1).
   for (auto mask : masks)
-    for (int d : {64, 128}) {
+    for (int d : dash::test::kernel_head_dims()) {
       cases.push_back(make_case("Small_GQA8x2", 2, 8, 2, 255, 255, d, mask, DASH_DTYPE_BF16));
       cases.push_back(make_case("Small_MQA8x1", 1, 8, 1, 129, 77, d, mask, DASH_DTYPE_FP16));
     }
@@ -495,11 +496,12 @@ TEST(ForwardArguments, HeadsMustDivide) {
 
 TEST(ForwardArguments, UnsupportedHeadDimListsSupported) {
   dash_fwd_args a = plausible_args();
-  a.problem.head_dim = 96;
-  expect_rejected(a, DASH_ERROR_UNSUPPORTED, "supported head dims: 64, 128");
+  a.problem.head_dim = 80;
+  expect_rejected(a, DASH_ERROR_UNSUPPORTED, "supported head dims: 64, 96, 128");
   const int32_t* dims = dash_fwd_supported_head_dims();
   EXPECT_EQ(dims[0], 64);
-  EXPECT_EQ(dims[1], 128);
+  EXPECT_EQ(dims[1], 96);
+  EXPECT_EQ(dims[2], 128);
   EXPECT_EQ(dims[2], 0);
 }
 

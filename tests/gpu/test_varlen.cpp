@@ -310,6 +310,8 @@ const std::vector<PackCase>& cases() {
       {"no_keys_no_queries_d128", {40, 0, 150, 33}, {0, 60, 150, 90}, 2, 2, 128, DASH_MASK_CAUSAL},
       {"window_d64", {300, 31, 200}, {300, 40, 260}, 2, 2, 64, DASH_MASK_WINDOW, 64, 0},
       {"single_d128_full", {1000}, {1000}, 2, 2, 128, DASH_MASK_FULL},
+      {"mix_d96_causal", {0, 1, 2, 127, 129, 300}, {0, 1, 2, 127, 129, 300}, 4, 2, 96, DASH_MASK_CAUSAL},
+      {"window_d96", {300, 31, 200}, {300, 40, 260}, 2, 1, 96, DASH_MASK_WINDOW, 50, 20},
   };
   return all;
 }
@@ -398,7 +400,7 @@ SequenceBits bits_of(const DevicePack& d, const HostPack& h, int s) {
 // Packs `lengths` (q and k equal) with the sequence of index `target` given the same values in every pack.
 TEST(VarlenGpuInvariance, SequenceBitsDoNotDependOnThePack) {
   SKIP_WITHOUT_GPU();
-  for (const int head_dim : {64, 128}) {
+  for (const int head_dim : dash::test::kernel_head_dims()) {
     for (const dash_mask_kind mask : {DASH_MASK_CAUSAL, DASH_MASK_FULL}) {
       const std::string what = "d" + std::to_string(head_dim) + (mask == DASH_MASK_CAUSAL ? " causal" : " full");
       // The target sequence (333 tokens) alone, then second in a pack, then last in a longer one with NaN

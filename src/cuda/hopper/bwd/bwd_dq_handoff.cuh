@@ -2,7 +2,7 @@
 // hopper/bwd/bwd_dq_handoff.cuh — how a visit's fp32 dQ partial leaves the CTA: the MMA warpgroups stage it in one
 // of kDqStages shared-memory buffers with a hand-off record; the buffer's store warp waits for the partial's turn
 // in its accumulator's order (deterministic mode), adds the whole tile with ONE bulk reduce-add issued by one lane,
-// and publishes the next turn. The accumulator tile has the staging layout (swz_f32), so the copy is a flat 1-D
+// and publishes the next turn. The accumulator tile has the staging layout (DqStaging), so the copy is a flat 1-D
 // range; bwd_convert undoes the swizzle. (Before the bulk hand-off, 32 lanes issued 2048 16-byte reductions per
 // tile and fenced them: docs/history/kernel-notes-bwd-wgmma.md.)
 #pragma once
@@ -29,12 +29,28 @@ struct DqHandoff {
   int32_t visit;        // index in the unit's visit table (order log only)
 };
 
-// Element offset of (row, col) in the row-major fp32 dQ staging tile of kCols columns: 4-float (16-byte) chunks
-// XOR-swizzled by the row's low 3 bits, so that 8 rows written together land in 8 different bank groups.
-template <int kCols>
-__device__ __forceinline__ int swz_f32(int row, int col) {
-  return row * kCols + ((((col >> 2) ^ (row & 7))) << 2) + (col & 3);
-}
+// The fp32 dQ staging tile of kRows x kCols (and, copied flat, each accumulator tile in global memory): column
+// blocks of kBlockCols floats, each block row-major, its 4-float (16-byte) chunks XOR-swizzled by the row's low bits
+// (3 bits, or 2 in 16-column blocks), so that the rows written together land in different bank groups. A power-of-two
+// head dim is one block (64, 128). Otherwise a block is the largest power of two dividing half the row (16 at
+// D = 96): one warpgroup's dQ columns (kCols / 2) are then whole blocks, which CuTe needs to partition the staging
+// tile like the accumulator.
+template <int kRows, int kCols>
+struct DqStaging {
+  static constexpr bool kPowerOfTwo = (kCols & (kCols - 1)) == 0;
+  static constexpr int kBlockCols = kPowerOfTwo ? kCols : ((kCols / 2) & -(kCols / 2));
+  static constexpr int kBlocks = kCols / kBlockCols;
+  static constexpr int kLog2BlockCols = kBlockCols == 128 ? 7 : kBlockCols == 64 ? 6 : kBlockCols == 32 ? 5 : 4;
+  static constexpr int kSwizzleBits = kLog2BlockCols - 2 < 3 ? kLog2BlockCols - 2 : 3;  // log2 chunks, at most 3
+  static_assert((1 << kLog2BlockCols) == kBlockCols && kBlockCols <= 128, "column blocks of 16 to 128 floats");
+  // Element offset of (row, col).
+  __host__ __device__ __forceinline__ static int offset(int row, int col) {
+    const int in_block = col % kBlockCols;
+    const int row_bits = row & ((1 << kSwizzleBits) - 1);
+    return col / kBlockCols * (kRows * kBlockCols) + row * kBlockCols + (((in_block >> 2) ^ row_bits) << 2) +
+           (in_block & 3);
+  }
+};
 
 // The loop of store warp `store_warp` (0 .. kDqStages - 1): it drains staging buffer `store_warp`, in the order the
 // MMA warpgroups filled it (their visit order). `Smem` has the members dq, handoff, dq_full, dq_empty and

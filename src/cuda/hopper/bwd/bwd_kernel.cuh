@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // hopper/bwd/bwd_kernel.cuh — the plan-executing attention backward main kernel for Hopper: TMA loads, wgmma,
-// warp-specialised (tiles kBlockM x 128 from dash/kernel_table.hpp: 128 x 128 at head dim 64, 64 x 128 at 128).
+// warp-specialised (tiles kBlockM x 128 from dash/kernel_table.hpp: 128 x 128 at head dim 64, 64 x 128 at 96 and
+// 128).
 // Design, shared-memory and register budgets, measurements: docs/design.md, docs/history/kernel-notes-bwd-wgmma.md.
 //
 // The plan's orders reach the kernel through PlanScheduler (bwd_plan_scheduler.cuh); the dQ partials leave it
@@ -17,9 +18,10 @@
 //     P^T = exp2(S^T * scale_log2 - LSE2), dS^T = P^T (dP^T - delta)   (mask from the visit's flags)
 //     dV_w += P^T dO, dK_w += dS^T Q                (wgmma RS: P^T / dS^T from registers, 64 x D x M)
 //     dS^T -> shared memory (both warpgroups), then the dQ partial dS K (wgmma SS, K = 128 keys), split
-//                                                    between the warpgroups by head-dim columns at D = 128
-//                                                    (64 x 64 each) and by query rows at D = 64 (64 x 64
-//                                                    each); fp32 -> the store warp's staging buffer.
+//                                                    between the warpgroups by head-dim columns when
+//                                                    kBlockM = 64 (64 x D/2 each) and by query rows at
+//                                                    D = 64 (64 x 64 each); fp32 -> the store warp's
+//                                                    staging buffer.
 //   dK / dV stay in registers for the whole segment and are written at its end (or added in group order for
 //   split-head GQA).
 #pragma once
@@ -49,7 +51,7 @@ struct BwdConfig {
   using Element = typename CuteElement<kDtype>::type;     // for CuTe (wgmma, TMA)
   using StdElement = typename CudaElement<kDtype>::type;  // for preprocess / convert and global stores
   static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "tilings exist for head dims 64 and 128");
+  static_assert(kHeadDim % 32 == 0 && kHeadDim <= 128, "the tilings below cover head dims 32k up to 128");
   // The plan's tiles (default_backward_tiles): the host refuses a plan with other tiles.
   static constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;  // query rows per Q tile: 128 (D 64), 64 (D 128)
   static constexpr int kBlockN = BwdTiles<kHeadDim>::kBlockN;  // keys per KV tile: 128
@@ -82,8 +84,22 @@ struct BwdConfig {
   // buffer's hand-off (turn wait, bulk reduce-add, completion, release) then overlaps the other's.
   static constexpr int kStoreWarps = kDqStages;
 
-  // ---- shared-memory layouts: every tile K-major (head dim contiguous, as in global memory), SW128 ----
+  // dQ = dS K: M = queries, N = head dim, K = keys. Each warpgroup computes a 64 x kDqCols block: head-dim columns
+  // [kDqCols w, kDqCols (w + 1)) when kBlockM = 64 (D = 96, 128), query rows [64w, 64w + 64) when kBlockM = 128
+  // (D = 64).
+  static constexpr int kDqWarpgroupsM = kBlockM / 64;
+  static constexpr int kDqWarpgroupsN = kMmaWarpgroups / kDqWarpgroupsM;
+  static constexpr int kDqCols = kHeadDim / kDqWarpgroupsN;
+  static_assert(kDqWarpgroupsM * 64 == kBlockM && kDqWarpgroupsN * kDqCols == kHeadDim && kDqCols % 16 == 0,
+                "a 64 x kDqCols dQ block per warpgroup");
+
+  // ---- shared-memory layouts: every tile K-major (head dim contiguous, as in global memory) ----
+  // Q, dO and V with the widest swizzle their rows allow (SW128 at D = 64, 128; SW64 at 96). K is also the B
+  // operand of dQ = dS K, where each warpgroup reads only its kDqCols head-dim columns: a wgmma operand must be
+  // whole swizzle atoms, so K's atom is the widest that divides kDqCols (the same SW128 at D = 64 and 128; SW32
+  // at D = 96, whose 48-column halves are three 16-column atoms; FA3 picks the same).
   using SmemAtom = decltype(k_major_smem_atom<Element, kHeadDim>());
+  using SmemAtomK = decltype(k_major_smem_atom<Element, kDqCols>());
   using SmemLayoutQStage =
       decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
   using SmemLayoutQ = decltype(cute::tile_to_shape(
@@ -93,12 +109,14 @@ struct BwdConfig {
       SmemLayoutQ{},
       cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockM>, cute::Int<kQStages>>{},
                                 cute::Step<cute::_2, cute::_1, cute::_3>{})));
-  using SmemLayoutKV =
+  using SmemLayoutK =
+      decltype(cute::tile_to_shape(SmemAtomK{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutV =
       decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
   // K seen as the (head dim, key) B operand of dQ = dS K: same bytes, MN-major.
   using SmemLayoutKt = decltype(cute::composition(
-      SmemLayoutKV{}, cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{},
-                                                cute::Step<cute::_2, cute::_1>{})));
+      SmemLayoutK{}, cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{},
+                                               cute::Step<cute::_2, cute::_1>{})));
   // dS^T buffers. With two, alternating with the Q stage, a warpgroup may write visit v's dS^T while the other
   // warpgroup's dQ GEMM of visit v - 1 still reads the other buffer, so the "dS free" barrier goes (visit v - 2's
   // GEMMs, which read this buffer, completed before that warpgroup reached visit v - 1's "dS ready" barrier). The
@@ -116,14 +134,16 @@ struct BwdConfig {
       cute::make_ordered_layout(cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kDsStages>>{},
                                 cute::Step<cute::_2, cute::_1, cute::_3>{})));
 
-  // The store warp's fp32 staging tile (swz_f32<kHeadDim> in bwd_dq_handoff.cuh: 4-float chunks XOR
-  // row & 7) as a CuTe swizzle on the row-major offset: bits [2, 5) ^= the row's low 3 bits, which start at
-  // bit log2(kHeadDim) (Swizzle<3, 2, 5> at 128, Swizzle<3, 2, 4> at 64).
-  static constexpr int kRowShift = kHeadDim == 128 ? 7 : 6;
-  static_assert((1 << kRowShift) == kHeadDim, "row-major fp32 rows of kHeadDim floats");
+  // The store warp's fp32 staging tile (DqStaging in bwd_dq_handoff.cuh: column blocks of kBlockCols floats, each
+  // row-major with its 4-float chunks XOR the row's low bits) as a CuTe swizzle on the blocked offset: bits
+  // [2, 2 + kSwizzleBits) ^= the row's low bits, which start at bit log2(kBlockCols) (Swizzle<3, 2, 5> at D = 128,
+  // <3, 2, 4> at 64, <2, 2, 2> at 96); the block offsets (multiples of kBlockM x kBlockCols floats) lie above them.
+  using Staging = DqStaging<kBlockM, kHeadDim>;
   using SmemLayoutdQStaging = decltype(cute::composition(
-      cute::Swizzle<3, 2, kRowShift - 2>{},
-      cute::Layout<cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>, cute::Stride<cute::Int<kHeadDim>, cute::_1>>{}));
+      cute::Swizzle<Staging::kSwizzleBits, 2, Staging::kLog2BlockCols - 2>{},
+      cute::Layout<cute::Shape<cute::Int<kBlockM>, cute::Shape<cute::Int<Staging::kBlockCols>, cute::Int<Staging::kBlocks>>>,
+                   cute::Stride<cute::Int<Staging::kBlockCols>,
+                                cute::Stride<cute::_1, cute::Int<kBlockM * Staging::kBlockCols>>>>{}));
 
   // ---- wgmma ----
   // S^T = K Q^T and dP^T = V dO^T: M = keys (2 warpgroups x 64), N = queries, K = head dim; both from smem.
@@ -137,14 +157,9 @@ struct BwdConfig {
                                  cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kBlockM>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
-  // dQ = dS K: M = queries, N = head dim, K = keys; both from smem, both MN-major. Each warpgroup computes a
-  // 64 x 64 block: head-dim columns [64w, 64w + 64) when kBlockM = 64 (D = 128), query rows [64w, 64w + 64)
-  // when kBlockM = 128 (D = 64).
-  static constexpr int kDqWarpgroupsM = kBlockM / 64;
-  static constexpr int kDqWarpgroupsN = kMmaWarpgroups / kDqWarpgroupsM;
-  static_assert(kDqWarpgroupsM * 64 == kBlockM && kDqWarpgroupsN * 64 == kHeadDim, "64 x 64 dQ block per warpgroup");
+  // dQ = dS K: both operands from smem, both MN-major; a 64 x kDqCols block per warpgroup (above).
   using MmadQ = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::_64, cute::Int<kBlockN>>,
+      cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kDqCols>, cute::Int<kBlockN>>,
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::Int<kDqWarpgroupsM>, cute::Int<kDqWarpgroupsN>, cute::_1>>{}));
 
@@ -155,7 +170,8 @@ struct BwdConfig {
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
                                                 cute::Layout<GmemShape, GmemStride>{}));
   using TmaLoadQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQStage{}));
-  using TmaLoadKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{}));
+  using TmaLoadK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{}));
+  using TmaLoadV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{}));
 
   static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
@@ -167,8 +183,8 @@ struct BwdKernelParams {
   BwdParams base;  // the architecture-neutral part: problem, plan tables, workspace, modes
   typename Config::TmaLoadQ tma_q;
   typename Config::TmaLoadQ tma_do;
-  typename Config::TmaLoadKV tma_k;
-  typename Config::TmaLoadKV tma_v;
+  typename Config::TmaLoadK tma_k;
+  typename Config::TmaLoadV tma_v;
   typename Config::GmemShape shape_q;
   typename Config::GmemShape shape_kv;
 };
@@ -201,13 +217,13 @@ struct BwdSmem {
   using Element = typename Config::Element;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kHeadDim = Config::kHeadDim;
-  // Tiles first, 1024-byte aligned (SW128).
+  // Tiles first, 1024-byte aligned (as SW128 requires; the narrower swizzles need less).
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutQ>, 1024> q;     // 2 stages
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutQ>, 1024> dout;  // 2 stages
-  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> k;
-  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> v;
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutK>, 1024> k;
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutV>, 1024> v;
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutdSt>, 1024> ds;  // dS^T, kDsStages
-  // The store warps' staging buffers: row-major fp32 in swz_f32 chunks (bwd_dq_handoff.cuh).
+  // The store warps' staging buffers: fp32 in the DqStaging layout (bwd_dq_handoff.cuh).
   alignas(128) float dq[kDqStages][kBlockM * kHeadDim];
   alignas(128) float lse2[Config::kQStages][kBlockM];   // bulk-copy destinations: 16-byte aligned
   alignas(128) float delta[Config::kQStages][kBlockM];
@@ -301,8 +317,8 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
   Tensor mV = P.tma_v.get_tma_tensor(P.shape_kv);
   Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQ{});
   Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQ{});
-  Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutKV{});
-  Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Config::SmemLayoutKV{});
+  Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Config::SmemLayoutV{});
 
   PipelineState<Config::kQStages> q_state;
   uint32_t kv_phase = 0;
@@ -431,8 +447,8 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQ{});
   Tensor sQt = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQt{});
   Tensor sdOt = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQt{});
-  Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutKV{});
-  Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Config::SmemLayoutKV{});
+  Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Config::SmemLayoutV{});
   Tensor sKt = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutKt{});
   Tensor sdS = make_tensor(make_smem_ptr(s.ds.data()), typename Config::SmemLayoutdS{});
   Tensor sdSt = make_tensor(make_smem_ptr(s.ds.data()), typename Config::SmemLayoutdSt{});
@@ -461,10 +477,11 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   Tensor tdVrdOt = wg_dkv.partition_fragment_B(sdOt);  // (.., .., .., stage)
   Tensor tdKrQt = wg_dkv.partition_fragment_B(sQt);
   Tensor tdQrdS = wg_dq.partition_fragment_A(sdS);
-  Tensor tdQrKt = wg_dq.partition_fragment_B(sKt);    // this warpgroup's head-dim columns (all at D = 64)
+  Tensor tdQrKt = wg_dq.partition_fragment_B(sKt);    // this warpgroup's kDqCols head-dim columns
 
   // Accumulators per thread: S^T, dP^T kBlockM / 2 fp32 each; dV, dK kHeadDim / 2 fp32 each (whole segment);
-  // dQ 32 fp32 (D = 128: 32 + 32 + 64 + 64 + 32; D = 64: 64 + 64 + 32 + 32 + 32).
+  // dQ kDqCols / 2 fp32 (D = 128: 32 + 32 + 64 + 64 + 32; D = 96: 32 + 32 + 48 + 48 + 24; D = 64: 64 + 64 + 32 +
+  // 32 + 32).
   Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
   Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
   Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
@@ -599,7 +616,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       // dQ-order wait, which ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
       watchdog_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
       {
-        // The staging layout is the store warp's (swz_f32<kHeadDim>, Config::SmemLayoutdQStaging), partitioned
+        // The staging layout is the store warp's (DqStaging, Config::SmemLayoutdQStaging), partitioned
         // like the accumulator. Registers 2j and 2j + 1 hold adjacent columns of one row starting at an even
         // column, i.e. 8 aligned bytes inside one swizzled 4-float chunk (BwdWgmma.LayoutCheck checks both):
         // one 64-bit store per pair (CuTe's copy cannot see through the swizzle and issued two 32-bit stores,

@@ -41,8 +41,8 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
       params,
       make_tma_copy(SM90_TMA_LOAD{}, gQ, typename Config::SmemLayoutQStage{}),
       make_tma_copy(SM90_TMA_LOAD{}, gdO, typename Config::SmemLayoutQStage{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gK, typename Config::SmemLayoutKV{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gV, typename Config::SmemLayoutKV{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gK, typename Config::SmemLayoutK{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gV, typename Config::SmemLayoutV{}),
       gQ.shape(),
       gK.shape(),
   };

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "bwd/bwd_params.h"
-#include "hopper/bwd/bwd_dq_handoff.cuh"  // swz_f32: the accumulator tiles' layout
+#include "hopper/bwd/bwd_dq_handoff.cuh"  // DqStaging: the accumulator tiles' layout
 #include "hopper/ptx.cuh"                 // pack_pair
 #include "dash/plan_format.h"
 
@@ -19,18 +19,23 @@ namespace dash::hopper::bwd {
 using kernels::bwd::BwdTiles;
 
 // Both kernels give each thread 8 consecutive head-dim elements of one row (16-byte loads and stores of the 2-byte
-// tensors), kHeadDim / 8 threads to a row and 256 threads to a block; blockIdx.y is the (batch, head) pair.
+// tensors) and 256 threads to a block; blockIdx.y is the (batch, head) pair. A row takes kThreadsPerRow
+// consecutive lanes, kHeadDim / 8 rounded up to a power of two so that rows stay aligned within warps for the
+// shuffles: at D = 96, 12 of a row's 16 lanes hold elements (`active`), the other 4 only take part in them.
 template <int kHeadDim>
 struct RowSlices {
-  static constexpr int kThreadsPerRow = kHeadDim / 8;
+  static constexpr int kSlices = kHeadDim / 8;
+  static constexpr int kThreadsPerRow = kSlices <= 8 ? 8 : kSlices <= 16 ? 16 : 32;
   static constexpr int kRowsPerBlock = 256 / kThreadsPerRow;
-  static_assert(kHeadDim % 8 == 0 && kThreadsPerRow <= 32 && 32 % kThreadsPerRow == 0);
-  int row;    // this thread's row
-  int first;  // its first head-dim element (a multiple of 8)
+  static_assert(kHeadDim % 8 == 0 && kSlices <= 32 && kSlices * 2 > kThreadsPerRow);
+  int row;      // this thread's row
+  int first;    // its first head-dim element (a multiple of 8)
+  bool active;  // first < kHeadDim
 
   __device__ __forceinline__ RowSlices()
       : row(int(blockIdx.x) * kRowsPerBlock + int(threadIdx.x) / kThreadsPerRow),
-        first(int(threadIdx.x) % kThreadsPerRow * 8) {}
+        first(int(threadIdx.x) % kThreadsPerRow * 8),
+        active(first < kHeadDim) {}
 };
 
 // Where padded row `row` of the per-tile arrays lies: in a varlen pack the arrays run over global tiles (row / kRows
@@ -66,9 +71,9 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
   if (slice.row >= padded_rows) return;
   const size_t out = size_t(bh) * padded_rows + slice.row;
   const SequenceRow at = sequence_row<kBlockM>(p.q_tile_sequence, p.sequences, slice.row, p.mask.seqlen_q, false);
-  if (!p.deterministic) {
-    // The accumulator of (bh, q_tile) holds kBlockM rows of kHeadDim floats (swizzled inside the row's 16-byte
-    // chunks' order only), so padded row r's floats are the kHeadDim starting at out * kHeadDim.
+  if (!p.deterministic && slice.active) {
+    // The accumulator of (bh, q_tile) holds the kBlockM x kHeadDim floats starting at its first padded row times
+    // kHeadDim (in the DqStaging order): the slices of all its rows, each at out * kHeadDim + first, cover it.
     float4* acc = reinterpret_cast<float4*>(p.dq_accum + out * kHeadDim + slice.first);
     acc[0] = make_float4(0.f, 0.f, 0.f, 0.f);
     acc[1] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -86,12 +91,14 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
                                            int64_t(at.first + at.local) * t.seq_stride + h * t.head_stride +
                                            slice.first);
   };
-  const uint4 o_bits = row_slice(p.o), dout_bits = row_slice(p.dout);
-  const Element* o = reinterpret_cast<const Element*>(&o_bits);
-  const Element* dout = reinterpret_cast<const Element*>(&dout_bits);
   float sum = 0.f;
+  if (slice.active) {
+    const uint4 o_bits = row_slice(p.o), dout_bits = row_slice(p.dout);
+    const Element* o = reinterpret_cast<const Element*>(&o_bits);
+    const Element* dout = reinterpret_cast<const Element*>(&dout_bits);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) sum += float(o[i]) * float(dout[i]);
+    for (int i = 0; i < 8; ++i) sum += float(o[i]) * float(dout[i]);
+  }
   // The row's kThreadsPerRow lanes are consecutive and aligned within the warp.
   const unsigned lane = threadIdx.x % 32;
   const unsigned row_lanes = (kThreadsPerRow == 32 ? 0xffffffffu : ((1u << kThreadsPerRow) - 1u))
@@ -116,6 +123,7 @@ __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
   constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;
   constexpr int kBlockN = BwdTiles<kHeadDim>::kBlockN;
   const RowSlices<kHeadDim> slice;
+  if (!slice.active) return;  // no shuffles below
   const int bh = blockIdx.y;
   SequenceRow at{};  // the output row: (first + local) of batch entry b
   auto store = [&](dash_tensor const& t, int b, int h, float4 lo, float4 hi, float scale) {
@@ -152,8 +160,9 @@ __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
       // The tile is in the staging layout (store_warp_loop copies it as one flat range); each 4-float chunk
       // stays contiguous under the swizzle.
       const float* tile = p.dq_accum + (int64_t(bh) * p.num_q_tiles + slice.row / kBlockM) * (kBlockM * kHeadDim);
-      lo = *reinterpret_cast<const float4*>(tile + swz_f32<kHeadDim>(slice.row % kBlockM, slice.first));
-      hi = *reinterpret_cast<const float4*>(tile + swz_f32<kHeadDim>(slice.row % kBlockM, slice.first + 4));
+      using Staging = DqStaging<kBlockM, kHeadDim>;
+      lo = *reinterpret_cast<const float4*>(tile + Staging::offset(slice.row % kBlockM, slice.first));
+      hi = *reinterpret_cast<const float4*>(tile + Staging::offset(slice.row % kBlockM, slice.first + 4));
     }
     store(p.dq, b, h, lo, hi, p.softmax_scale);
   } else {
