@@ -8,7 +8,9 @@
 // row, and adds the same doubles in the same order as the reference scan, so it picks the same row bit for bit.
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -85,12 +87,33 @@ std::vector<Candidate> candidates_of(const AutoTableRow* row) {
 
 constexpr size_t kRows = sizeof(kAutoTable) / sizeof(kAutoTable[0]);
 
+// Quarter-octaves lo / 4 <= log2(max(n, 1)) <= hi / 4, in integer arithmetic: the binary exponent e, then the k of
+// 1, 2, 3 with n >= 2^(e + k/4), i.e. n^4 >= 2^(4e + k) (never equal). Equal for a power of two, else hi = lo + 1.
+struct Log2Bracket {
+  int32_t lo, hi;
+};
+Log2Bracket log2_bracket(int32_t n) {
+  const uint64_t v = uint64_t(std::max(n, 1));
+  const int32_t exponent = int32_t(std::bit_width(v)) - 1;
+  if ((v & (v - 1)) == 0) return {4 * exponent, 4 * exponent};  // a power of two (has_single_bit: a libgcc call)
+  const unsigned __int128 square = (unsigned __int128)(v * v), fourth = square * square;  // v < 2^31: v^4 < 2^124
+  int32_t lo = 4 * exponent;
+  for (int32_t k = 1; k <= 3; ++k) lo += fourth >= (unsigned __int128)1 << (4 * exponent + k) ? 1 : 0;
+  return {lo, lo + 1};
+}
+
+// TableIndex::candidates' lists, parsed when first asked for and kept for the process. Static storage, zero until
+// then: only the pages of the rows a process takes are ever touched (an array of lists in the index cost 22 kB of
+// fresh memory written on its first plan).
+std::atomic<const std::vector<Candidate>*> parsed_lists[kRows + 1];
+
 // The table's columns as positions into their distinct values, its rows in blocks of one (mask, head dim, group),
 // and every row's candidate list, parsed once when a problem first takes the row: a process takes a handful of the
 // rows, and parsing all of them (thousands of words) was most of a process's first plan_for.
 struct TableIndex {
   static constexpr size_t kMaxDistinct = 64;       // per column, and blocks per mask: the table has 2, 4, 12 and 8
   std::vector<int32_t> head_dims, groups, lengths;  // distinct values; lengths serve seqlen_q and seqlen_k
+  std::vector<Log2Bracket> length_log2;             // per length
   struct Row {
     uint32_t index;          // in kAutoTable
     uint16_t q, k;           // positions in lengths
@@ -102,13 +125,24 @@ struct TableIndex {
   };
   std::vector<Block> blocks;  // in order of their first row
 
-  // Row `row`'s list (kRows: the list of no row). Thread-safe.
+  // Row `row`'s list (kRows: the list of no row). Thread-safe: threads that parse a row at once keep the first list.
   const std::vector<Candidate>& candidates(size_t row) const {
-    Parsed& p = parsed_[row];
-    std::call_once(p.once, [&] { p.list = candidates_of(row < kRows ? &kAutoTable[row] : nullptr); });
-    return p.list;
+    std::atomic<const std::vector<Candidate>*>& slot = parsed_lists[row];
+    if (const std::vector<Candidate>* list = slot.load(std::memory_order_acquire)) return *list;
+    auto parsed =
+        std::make_unique<const std::vector<Candidate>>(candidates_of(row < kRows ? &kAutoTable[row] : nullptr));
+    const std::vector<Candidate>* expected = nullptr;
+    if (slot.compare_exchange_strong(expected, parsed.get(), std::memory_order_acq_rel)) return *parsed.release();
+    return *expected;  // another thread's, parsed at the same time
   }
 
+  // The position of `v` among a column's values, added if new. `hint` (updated): the last position this column gave;
+  // it and the next are tried first, since consecutive rows repeat a column's value or step to the next.
+  static uint16_t position(std::vector<int32_t>& values, int32_t v, uint16_t& hint) {
+    if (hint < values.size() && values[hint] == v) return hint;
+    if (size_t(hint) + 1 < values.size() && values[size_t(hint) + 1] == v) return ++hint;
+    return hint = position(values, v);
+  }
   static uint16_t position(std::vector<int32_t>& values, int32_t v) {
     for (size_t i = 0; i < values.size(); ++i)
       if (values[i] == v) return uint16_t(i);
@@ -117,25 +151,38 @@ struct TableIndex {
     return uint16_t(values.size() - 1);
   }
 
-  TableIndex() {
-    for (size_t i = 0; i < kRows; ++i) {
-      const AutoTableRow& r = kAutoTable[i];
-      const uint16_t head = position(head_dims, r.head_dim), group = position(groups, r.group_size);
-      auto block = std::find_if(blocks.begin(), blocks.end(), [&](const Block& b) {
-        return b.mask == r.mask && b.head == head && b.group == group;
-      });
-      if (block == blocks.end()) block = blocks.insert(blocks.end(), Block{r.mask, head, group, {}});
-      block->rows.push_back({uint32_t(i), position(lengths, r.seqlen_q), position(lengths, r.seqlen_k)});
-    }
-    if (blocks.size() > kMaxDistinct) throw std::logic_error("auto_table.inc: more blocks than kMaxDistinct");
+  // The rows from `first` on of the same (mask, head dim, group): a block's size if its rows come together.
+  static size_t rows_alike(size_t first) {
+    const AutoTableRow& r = kAutoTable[first];
+    size_t end = first;
+    while (end < kRows && kAutoTable[end].mask == r.mask && kAutoTable[end].head_dim == r.head_dim &&
+           kAutoTable[end].group_size == r.group_size)
+      ++end;
+    return end - first;
   }
 
- private:
-  struct Parsed {
-    std::once_flag once;
-    std::vector<Candidate> list;
-  };
-  std::unique_ptr<Parsed[]> parsed_ = std::make_unique<Parsed[]>(kRows + 1);
+  // Built on a process's first auto plan: rows of one block come together in the table, so the last block is tried
+  // first.
+  TableIndex() {
+    blocks.reserve(kMaxDistinct);
+    uint16_t head_hint = 0, group_hint = 0, q_hint = 0, k_hint = 0;
+    for (size_t i = 0; i < kRows; ++i) {
+      const AutoTableRow& r = kAutoTable[i];
+      const uint16_t head = position(head_dims, r.head_dim, head_hint);
+      const uint16_t group = position(groups, r.group_size, group_hint);
+      const auto of_row = [&](const Block& b) { return b.mask == r.mask && b.head == head && b.group == group; };
+      auto block = !blocks.empty() && of_row(blocks.back()) ? blocks.end() - 1
+                                                             : std::find_if(blocks.begin(), blocks.end(), of_row);
+      if (block == blocks.end()) {
+        block = blocks.insert(blocks.end(), Block{r.mask, head, group, {}});
+        block->rows.reserve(rows_alike(i));
+      }
+      const uint16_t q = position(lengths, r.seqlen_q, q_hint);
+      block->rows.push_back({uint32_t(i), q, position(lengths, r.seqlen_k, k_hint)});
+    }
+    if (blocks.size() > kMaxDistinct) throw std::logic_error("auto_table.inc: more blocks than kMaxDistinct");
+    for (int32_t length : lengths) length_log2.push_back(log2_bracket(length));
+  }
 };
 
 const TableIndex& table_index() {
@@ -180,6 +227,83 @@ const BlockOrder& block_order(const TableIndex& t, int32_t mask, int32_t head_di
   return last;
 }
 
+// Bounds on |log2_distance(x, v)|, in quarter-octaves, from the brackets of log2 x and log2 v.
+struct DistanceBounds {
+  int64_t floor, ceil;
+};
+DistanceBounds distance_bounds(Log2Bracket x, Log2Bracket v) {
+  const int64_t lo = x.lo - v.hi, hi = x.hi - v.lo;  // log2 x - log2 v lies in [lo, hi]
+  return {lo > 0 ? lo : hi < 0 ? -hi : 0, std::max(std::abs(lo), std::abs(hi))};
+}
+
+// The rows of a block that may be the nearest to some problem whose lengths have these log2 brackets (a quarter of
+// an octave each, from integer arithmetic). Row r's distance (its block's 1e6 d_head + 1e3 d_group, plus d_q^2 +
+// d_k^2) lies within [C + F_r / 16, C + G_r / 16] for the whole numbers F_r and G_r from its length distances'
+// bounds; a row with F_r > min G_r is at least 1/16 farther than the row of that minimum for every such problem, far
+// beyond any rounding, so it is never the nearest, nor tied with it. Such a list depends on the brackets alone, and a
+// pack's shapes come in runs of one bracket: each thread keeps the lists it made last.
+class CandidateRows {
+ public:
+  struct Entry {
+    const TableIndex::Block* block = nullptr;
+    Log2Bracket q{}, k{};
+    std::vector<uint32_t> rows;        // positions in block->rows
+    uint64_t q_lengths = 0, k_lengths = 0;  // the lengths (bits: positions in TableIndex::lengths) they read
+    int64_t least_ceil = 0;                 // min G_r: the nearest row's length terms are at most least_ceil / 16
+  };
+
+  const Entry& of(const TableIndex& t, const TableIndex::Block& block, Log2Bracket q, Log2Bracket k) {
+    for (Entry& e : entries_)
+      if (e.block == &block && e.q.lo == q.lo && e.q.hi == q.hi && e.k.lo == k.lo && e.k.hi == k.hi) return e;
+    Entry& e = entries_[next_++ % kEntries];
+    e.block = &block;
+    e.q = q;
+    e.k = k;
+    fill(t, e);
+    return e;
+  }
+
+ private:
+  static constexpr size_t kEntries = 4;
+
+  static void fill(const TableIndex& t, Entry& e) {
+    DistanceBounds by_q[TableIndex::kMaxDistinct], by_k[TableIndex::kMaxDistinct];
+    for (size_t i = 0; i < t.lengths.size(); ++i) {
+      by_q[i] = distance_bounds(e.q, t.length_log2[i]);
+      by_k[i] = distance_bounds(e.k, t.length_log2[i]);
+    }
+    const auto floor_of = [&](const TableIndex::Row& r) {
+      return by_q[r.q].floor * by_q[r.q].floor + by_k[r.k].floor * by_k[r.k].floor;
+    };
+    int64_t least_ceil = std::numeric_limits<int64_t>::max();
+    for (const TableIndex::Row& r : e.block->rows)
+      least_ceil = std::min(least_ceil, by_q[r.q].ceil * by_q[r.q].ceil + by_k[r.k].ceil * by_k[r.k].ceil);
+    e.least_ceil = least_ceil;
+    e.rows.clear();
+    e.q_lengths = e.k_lengths = 0;
+    for (size_t i = 0; i < e.block->rows.size(); ++i) {
+      const TableIndex::Row& r = e.block->rows[i];
+      if (floor_of(r) > least_ceil) continue;
+      e.rows.push_back(uint32_t(i));
+      e.q_lengths |= uint64_t(1) << r.q;
+      e.k_lengths |= uint64_t(1) << r.k;
+    }
+  }
+
+  Entry entries_[kEntries];
+  size_t next_ = 0;
+};
+
+// Whether the scan stops after the first block whatever its nearest row's distance, given that it is at most the
+// block's bound plus least_ceil / 16 (CandidateRows; the margins far beyond any rounding): then a first block of one
+// candidate row needs no logarithm, that row being the nearest of all.
+bool farther_blocks_skipped(const BlockOrder& order, int64_t least_ceil) {
+  if (order.count < 2) return true;
+  const double upper = (order.entries[0].bound + double(least_ceil) / 16.0) * (1.0 + 1e-12) + 1e-12;
+  const double next = order.entries[1].bound;
+  return next - 1e-9 * (1.0 + next) > upper;  // nearest_row's test, against a distance it cannot exceed
+}
+
 // The row auto_candidates_reference takes (the nearest; the first of equally near ones), as a position in kAutoTable;
 // kRows if the mask has none.
 //
@@ -188,26 +312,44 @@ const BlockOrder& block_order(const TableIndex& t, int32_t mask, int32_t head_di
 // Same row: the reference keeps the first row of least distance, i.e. the least (distance, index); this takes the
 // least (distance, index) too, visiting the blocks in order of their lower bound 1e6 d_head + 1e3 d_group (adding
 // the length terms, which are >= 0, never lowers a rounded sum) and stopping at a block whose bound exceeds the
-// best distance found (less a relative margin of 1e-9, far beyond any difference in rounding).
+// best distance found (less a relative margin of 1e-9, far beyond any difference in rounding). In a block it visits
+// only the rows that may be the nearest (CandidateRows), and takes a length's logarithm when a row needs it: a few
+// of the dozen, which were most of the cost (none when the first block has one such row and the next is farther
+// whatever its distance).
 size_t nearest_row(const Problem& problem) {
   g_table_scans.fetch_add(1, std::memory_order_relaxed);
   const TableIndex& t = table_index();
   constexpr size_t kMax = TableIndex::kMaxDistinct;
+  static_assert(kMax <= 64, "one bit per distinct length");
   double d_q[kMax], d_k[kMax];
+  uint64_t have_q = 0, have_k = 0;  // d_q[i], d_k[i] taken
   // Self-attention (most packs) needs one column of logarithms: the same inputs give the same doubles.
   const bool same_lengths = problem.seqlen_q == problem.seqlen_k;
-  for (size_t i = 0; i < t.lengths.size(); ++i) {
-    d_q[i] = log2_distance(problem.seqlen_q, t.lengths[i]);
-    d_k[i] = same_lengths ? d_q[i] : log2_distance(problem.seqlen_k, t.lengths[i]);
-  }
+  // The logarithms of the lengths in `wanted` not taken yet, in one loop (independent calls, which overlap).
+  const auto take = [&](uint64_t wanted, int32_t length, double* d, uint64_t& have) {
+    for (uint64_t left = wanted & ~have; left != 0; left &= left - 1) {
+      const int i = std::countr_zero(left);
+      d[i] = log2_distance(length, t.lengths[size_t(i)]);
+    }
+    have |= wanted;
+  };
+  const Log2Bracket q = log2_bracket(problem.seqlen_q), k = log2_bracket(problem.seqlen_k);
+  thread_local CandidateRows candidates;
   const BlockOrder& order = block_order(t, table_mask(problem), problem.head_dim, problem.group_size());
   size_t best = kRows;
   double best_distance = std::numeric_limits<double>::infinity();
   for (size_t o = 0; o < order.count; ++o) {
     const BlockOrder::Entry& e = order.entries[o];
     if (e.bound - 1e-9 * (1.0 + e.bound) > best_distance) break;  // every row here and in later blocks is farther
-    for (const TableIndex::Row& row : e.block->rows) {
-      const double distance = row_distance(e.d_head, e.d_group, d_q[row.q], d_k[row.k]);
+    const CandidateRows::Entry& rows = candidates.of(t, *e.block, q, k);
+    if (o == 0 && rows.rows.size() == 1 && farther_blocks_skipped(order, rows.least_ceil))
+      return e.block->rows[rows.rows[0]].index;
+    take(same_lengths ? rows.q_lengths | rows.k_lengths : rows.q_lengths, problem.seqlen_q, d_q, have_q);
+    if (!same_lengths) take(rows.k_lengths, problem.seqlen_k, d_k, have_k);
+    const double* const dk = same_lengths ? d_q : d_k;
+    for (const uint32_t position : rows.rows) {
+      const TableIndex::Row& row = e.block->rows[position];
+      const double distance = row_distance(e.d_head, e.d_group, d_q[row.q], dk[row.k]);
       if (distance < best_distance || (distance == best_distance && row.index < best)) {
         best_distance = distance;
         best = row.index;
@@ -276,13 +418,9 @@ std::vector<Candidate> auto_candidates_reference(const Problem& problem, TileSha
 uint32_t auto_table_row(const Problem& problem) {
   const CandidateKey key{table_mask(problem), problem.head_dim, problem.group_size(), problem.seqlen_q,
                          problem.seqlen_k};
-  uint32_t row = 0;
-  if (candidate_memo().find(key, &row)) {
-    g_candidate_hits.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    row = uint32_t(nearest_row(problem));
-    candidate_memo().insert(key, row);
-  }
+  bool found = false;
+  const uint32_t row = candidate_memo().find_or_insert(key, [&] { return uint32_t(nearest_row(problem)); }, &found);
+  if (found) g_candidate_hits.fetch_add(1, std::memory_order_relaxed);
   return row;
 }
 

@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <climits>
 #include <numeric>
+#include <optional>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 namespace dash {
@@ -170,14 +172,18 @@ void TileGrid::visible_keys(int64_t row, int64_t& first, int64_t& last) const {
   last = int64_t(m.key_end(int32_t(row))) - 1;
 }
 
-BlockKind TileGrid::kind(int32_t q_tile, int32_t kv_tile) const {
-  const BlockSpan s = span_of(problem_, tiles_, q_tile, kv_tile);
-  const Band b = band_of(problem_);
+namespace {
+BlockKind kind_of(const Band& b, const BlockSpan& s) {
   if (before_band(b, s) || after_band(b, s)) return BlockKind::Empty;
   // Fully visible iff the last row still sees key j0 and the first row already sees key j1.
   const bool lower_ok = !b.left_bounded || s.i1 + b.offset - b.left <= s.j0;
   const bool upper_ok = !b.right_bounded || s.i0 + b.offset + b.right >= s.j1;
   return (lower_ok && upper_ok) ? BlockKind::Full : BlockKind::Partial;
+}
+} // namespace
+
+BlockKind TileGrid::kind(int32_t q_tile, int32_t kv_tile) const {
+  return kind_of(band_of(problem_), span_of(problem_, tiles_, q_tile, kv_tile));
 }
 
 int64_t TileGrid::unmasked_pairs(int32_t q_tile, int32_t kv_tile) const {
@@ -197,17 +203,23 @@ int64_t TileGrid::unmasked_pairs(int32_t q_tile, int32_t kv_tile) const {
 }
 
 namespace detail {
-// The Q tiles that meet KV tile `kv_tile`, [first, end) ([0, 0) if none), for the grid of `problem`: the ends
-// of q_tiles_seen_by without the list between them, which the planner and validator would build and drop for
-// every KV tile (declared in planner_internal.hpp).
-std::pair<int32_t, int32_t> q_tile_range(const Problem& problem, const TileGrid& grid, int32_t kv_tile) {
-  // The Q tiles before the band are a prefix and those after it a suffix: bisect for both boundaries.
+KvTileGeometry::KvTileGeometry(const Problem& problem, const TileGrid& grid) : problem_(problem), grid_(grid) {
   const Band b = band_of(problem);
+  left_bounded_ = b.left_bounded;
+  right_bounded_ = b.right_bounded;
+  left_ = b.left;
+  right_ = b.right;
+  offset_ = b.offset;
+}
+
+std::pair<int32_t, int32_t> KvTileGeometry::q_range(int32_t kv_tile) const {
+  // The Q tiles before the band are a prefix and those after it a suffix: bisect for both boundaries.
+  const Band b{left_bounded_, right_bounded_, left_, right_, offset_};
   const auto first_where = [&](auto&& pred) {
-    int32_t lo = 0, hi = grid.num_q_tiles();
+    int32_t lo = 0, hi = grid_.num_q_tiles();
     while (lo < hi) {
       const int32_t mid = lo + (hi - lo) / 2;
-      if (pred(span_of(problem, grid.tiles(), mid, kv_tile))) hi = mid;
+      if (pred(span_of(problem_, grid_.tiles(), mid, kv_tile))) hi = mid;
       else lo = mid + 1;
     }
     return lo;
@@ -216,6 +228,46 @@ std::pair<int32_t, int32_t> q_tile_range(const Problem& problem, const TileGrid&
   const int32_t end = first_where([&](const BlockSpan& s) { return after_band(b, s); });
   if (first >= end) return {0, 0}; // no Q tile: the empty range everyone has used
   return {first, end};
+}
+
+KvTileRows KvTileGeometry::rows(int32_t kv_tile) const { return with_full_range(kv_tile, q_range(kv_tile)); }
+
+std::pmr::vector<KvTileRows> KvTileGeometry::all_rows(std::pmr::memory_resource* memory) const {
+  // Both ends of q_range are non-decreasing in the KV tile (the band's edges in the row): the Q tiles wholly before
+  // the band of tile n are so for tile n + 1 (its first key is later), and those wholly after it were so for tile
+  // n - 1 (whose last key is earlier). So each end moves forward from the last tile's: every Q tile is passed once
+  // per end, where q_range bisects afresh for each KV tile.
+  const Band b{left_bounded_, right_bounded_, left_, right_, offset_};
+  const int32_t nq = grid_.num_q_tiles(), nk = grid_.num_kv_tiles();
+  std::pmr::vector<KvTileRows> rows(memory);
+  rows.reserve(size_t(nk));
+  int32_t first = 0, end = 0;  // q_range's ends before the empty range is made [0, 0)
+  for (int32_t kv = 0; kv < nk; ++kv) {
+    while (first < nq && before_band(b, span_of(problem_, grid_.tiles(), first, kv))) ++first;
+    while (end < nq && !after_band(b, span_of(problem_, grid_.tiles(), end, kv))) ++end;
+    rows.push_back(with_full_range(kv, first >= end ? std::pair<int32_t, int32_t>{0, 0} : std::pair{first, end}));
+  }
+  return rows;
+}
+
+KvTileRows KvTileGeometry::with_full_range(int32_t kv_tile, std::pair<int32_t, int32_t> q_range) const {
+  const Band b{left_bounded_, right_bounded_, left_, right_, offset_};
+  const auto partial = [&](int32_t q) {
+    return kind_of(b, span_of(problem_, grid_.tiles(), q, kv_tile)) == BlockKind::Partial;
+  };
+  KvTileRows r;
+  std::tie(r.q_begin, r.q_end) = q_range;
+  r.full_begin = r.q_begin;
+  while (r.full_begin < r.q_end && partial(r.full_begin)) ++r.full_begin;
+  r.full_end = r.q_end;
+  while (r.full_end > r.full_begin && partial(r.full_end - 1)) --r.full_end;
+  return r;
+}
+
+// The Q tiles that meet KV tile `kv_tile`, [first, end) ([0, 0) if none), for the grid of `problem`: the ends
+// of q_tiles_seen_by without the list between them (declared in planner_internal.hpp).
+std::pair<int32_t, int32_t> q_tile_range(const Problem& problem, const TileGrid& grid, int32_t kv_tile) {
+  return KvTileGeometry(problem, grid).q_range(kv_tile);
 }
 } // namespace detail
 
@@ -296,11 +348,13 @@ class ThresholdInterval {
 
 } // namespace
 
-Problem geometry_representative(const Problem& problem, TileShape tiles) {
+namespace detail {
+
+std::optional<GeometryClass> geometry_class(const Problem& problem, TileShape tiles) {
   const int64_t sq = problem.seqlen_q, sk = problem.seqlen_k, bm = tiles.block_m, bn = tiles.block_n;
-  if (sq < 1 || sk < 1 || bm < 1 || bn < 1) return problem;  // no grid to represent
+  if (sq < 1 || sk < 1 || bm < 1 || bn < 1) return std::nullopt;  // no grid to represent
   const int64_t nq = (sq + bm - 1) / bm, nk = (sk + bn - 1) / bn;
-  if (nq > DASH_PLAN_MAX_TILES || nk > DASH_PLAN_MAX_TILES) return problem;  // never planned: not worth the loops
+  if (nq > DASH_PLAN_MAX_TILES || nk > DASH_PLAN_MAX_TILES) return std::nullopt;  // never planned: not worth the loops
   const AttentionMask mask = AttentionMask::of(problem.to_c());
   ThresholdInterval q_len(sq), k_len(sk), offset(sk - sq);
   // The tile counts, within int32.
@@ -329,10 +383,21 @@ Problem geometry_representative(const Problem& problem, TileShape tiles) {
   }
   // The class's lexicographically largest member: the longest sq that some sk of the class pairs with, then the
   // longest such sk. (sq, sk) is a member, so both bounds are at least its own lengths and at most the intervals'.
-  Problem out = problem;
+  GeometryClass c{q_len.lo(), q_len.hi(), k_len.lo(), k_len.hi(), offset.lo(), offset.hi(), 0, 0};
   const int64_t rep_q = std::min(q_len.hi(), k_len.hi() - offset.lo());
-  out.seqlen_q = int32_t(rep_q);
-  out.seqlen_k = int32_t(std::min(k_len.hi(), rep_q + offset.hi()));
+  c.representative_q = int32_t(rep_q);
+  c.representative_k = int32_t(std::min(k_len.hi(), rep_q + offset.hi()));
+  return c;
+}
+
+}  // namespace detail
+
+Problem geometry_representative(const Problem& problem, TileShape tiles) {
+  Problem out = problem;
+  if (const std::optional<detail::GeometryClass> c = detail::geometry_class(problem, tiles)) {
+    out.seqlen_q = c->representative_q;
+    out.seqlen_k = c->representative_k;
+  }
   return out;
 }
 

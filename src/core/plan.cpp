@@ -197,10 +197,14 @@ std::string candidate_name(Candidate c, bool with_mode) {
 std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape tiles, std::string& note) {
   const Problem& p = req.problem;
   const bool grouped = p.group_size() > 1;
+  // The pack mode's limits are checked once: a table row lists several pack candidates.
+  std::optional<bool> pack_fits;
   auto mode_allowed = [&](GqaMode m) {
     if (!grouped) return m == GqaMode::SplitHeads;
     if (req.gqa_mode != GqaMode::Auto) return m == req.gqa_mode;
-    return m == GqaMode::SplitHeads || !plan_limit_violation(p, tiles, GqaMode::PackGroup, req.num_ctas);
+    if (m == GqaMode::SplitHeads) return true;
+    if (!pack_fits) pack_fits = !plan_limit_violation(p, tiles, GqaMode::PackGroup, req.num_ctas);
+    return *pack_fits;
   };
   std::vector<Candidate> out;
   out.reserve(2 * all_planners().size());  // every (GQA mode, planner) pair at most
@@ -375,6 +379,38 @@ std::optional<ResolutionClass> resolution_class(const PlanRequest& req) {
   const Problem representative = geometry_representative(req.problem, tiles);
   return ResolutionClass{reads_row ? auto_table_row(req.problem) : ResolutionClass::kUnread,
                          representative.seqlen_q, representative.seqlen_k};
+}
+
+ResolutionClassifier::ResolutionClassifier(const PlanRequest& base, int32_t longest_q, int32_t longest_k) {
+  PlanRequest longest = base;
+  longest.problem.seqlen_q = longest_q;
+  longest.problem.seqlen_k = longest_k;
+  try {
+    tiles_ = checked_tiles(longest);
+  } catch (const Error&) {
+    return;  // some request may fail: each is checked (and fails) as resolution_class would
+  }
+  if (base.schedule.kind == Schedule::Kind::AutoFastest || !plan_memo_enabled()) {
+    mode_ = Mode::NoClass;
+    return;
+  }
+  if (longest.problem.group_size() > 1 &&
+      plan_limit_violation(longest.problem, tiles_, GqaMode::PackGroup, longest.num_ctas))
+    return;  // some requests may have no class: each is checked
+  reads_row_ = base.schedule.kind == Schedule::Kind::Auto ||
+               (base.problem.group_size() > 1 && base.gqa_mode == GqaMode::Auto);
+  mode_ = Mode::Classes;
+}
+
+std::optional<ResolutionClass> ResolutionClassifier::classify(const PlanRequest& req) {
+  if (mode_ == Mode::PerRequest) return resolution_class(req);
+  if (mode_ == Mode::NoClass) return std::nullopt;
+  const Problem& p = req.problem;
+  if (!last_ || !last_->contains(p.seqlen_q, p.seqlen_k)) last_ = geometry_class(p, tiles_);
+  // Without a class of lengths (never, once the limits pass) geometry_representative keeps the lengths.
+  const int32_t rep_q = last_ ? last_->representative_q : p.seqlen_q;
+  const int32_t rep_k = last_ ? last_->representative_k : p.seqlen_k;
+  return ResolutionClass{reads_row_ ? auto_table_row(p) : ResolutionClass::kUnread, rep_q, rep_k};
 }
 
 }  // namespace detail

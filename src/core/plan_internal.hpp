@@ -11,16 +11,17 @@
 // (least recently used first out), are guarded by a mutex, and are cleared by clear_template_cache().
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <list>
 #include <mutex>
 #include <optional>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "dash/plan.hpp"
+#include "planner_internal.hpp"  // GeometryClass
 
 namespace dash::detail {
 
@@ -56,6 +57,28 @@ struct ResolutionClassHash {
 // dash::Error for an invalid request, as plan_for does.
 std::optional<ResolutionClass> resolution_class(const PlanRequest& request);
 
+// resolution_class of many requests that differ in their lengths alone (a pack's sequence shapes), with the same
+// values and errors, cheaper per request:
+//   - the checks (plan_for's, and the pack mode's limits) run once, on the longest lengths, where they pass: every
+//     size limit grows with the lengths, and no other check reads them, so they then pass for every request;
+//     otherwise every request is checked as resolution_class checks it;
+//   - the representative lengths come from the class of lengths (GeometryClass) of an earlier request where it
+//     holds the new one (requests in a pack's order are mostly of the last one's).
+class ResolutionClassifier {
+ public:
+  // `base`: the requests' common fields (its lengths ignored); `longest_q`, `longest_k`: at least every request's.
+  ResolutionClassifier(const PlanRequest& base, int32_t longest_q, int32_t longest_k);
+  // resolution_class(request): `request` is `base` with other lengths (>= 1).
+  std::optional<ResolutionClass> classify(const PlanRequest& request);
+
+ private:
+  enum class Mode { PerRequest, NoClass, Classes };
+  Mode mode_ = Mode::PerRequest;
+  TileShape tiles_{};
+  bool reads_row_ = false;
+  std::optional<GeometryClass> last_;  // the class of lengths of the last request classified
+};
+
 struct PlanMemoStats {
   int64_t table_scans = 0;        // auto-table scans (fast or reference): one per auto_candidates memo miss
   int64_t candidate_hits = 0;     // auto_candidates answered from its memo
@@ -78,6 +101,11 @@ void auto_candidates_memo_stats(PlanMemoStats& stats);
 
 // A thread-safe map of at most `capacity` entries, least recently used first out. Values are copied out under the
 // lock, so keep them small (or a shared_ptr).
+//
+// Flat: the entries live in one array (linked by index into the recency list) and are found through an
+// open-addressing table of their indices. A pack of 800 distinct shapes inserts 800 entries in its first planning,
+// and a node per entry in a list and a hash map (two allocations each, freed again by clear) cost a good part of
+// it, in time and in fresh pages.
 template <class Key, class Value, class Hash>
 class LruMemo {
  public:
@@ -86,46 +114,148 @@ class LruMemo {
   // The value for `key` into *out (and `key` becomes the most recently used); false if absent.
   bool find(const Key& key, Value* out) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = index_.find(key);
-    if (it == index_.end()) return false;
-    order_.splice(order_.begin(), order_, it->second);
-    *out = it->second->second;
+    const uint64_t hash = hash_of(key);
+    const size_t at = position_of(key, hash);
+    if (at == kNoPosition) return false;
+    const uint32_t slot = table_[at];
+    make_newest(slot);
+    *out = slots_[slot].value;
     return true;
   }
 
-  // Adds or replaces the value for `key`, then drops the least recently used entries beyond the capacity.
+  // Adds or replaces the value for `key`, then drops the least recently used entry beyond the capacity.
   void insert(const Key& key, Value value) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (const auto it = index_.find(key); it != index_.end()) {
-      it->second->second = std::move(value);
-      order_.splice(order_.begin(), order_, it->second);
+    const uint64_t hash = hash_of(key);
+    if (const size_t at = position_of(key, hash); at != kNoPosition) {
+      const uint32_t slot = table_[at];
+      slots_[slot].value = std::move(value);
+      make_newest(slot);
       return;
     }
-    order_.emplace_front(key, std::move(value));
-    index_.emplace(key, order_.begin());
-    while (order_.size() > capacity_) {
-      index_.erase(order_.back().first);
-      order_.pop_back();
+    add(key, std::move(value), hash);
+  }
+
+  // find, else insert(key, compute()), under one lock and one probe (compute runs under the lock: keep it short,
+  // and away from this memo). *found says which.
+  template <class Compute>
+  Value find_or_insert(const Key& key, Compute&& compute, bool* found) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t hash = hash_of(key);
+    if (const size_t at = position_of(key, hash); at != kNoPosition) {
+      *found = true;
+      make_newest(table_[at]);
+      return slots_[table_[at]].value;
     }
+    *found = false;
+    Value value = compute();
+    add(key, value, hash);
+    return value;
   }
 
   void clear() {
     std::lock_guard<std::mutex> lock(mutex_);
-    index_.clear();
-    order_.clear();
+    slots_.clear();  // keeps its storage for the next entries
+    std::fill(table_.begin(), table_.end(), kNone);
+    newest_ = oldest_ = kNone;
   }
 
   size_t size() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return order_.size();
+    return slots_.size();
   }
 
  private:
-  using Entry = std::pair<Key, Value>;
+  static constexpr uint32_t kNone = UINT32_MAX;
+  static constexpr size_t kNoPosition = SIZE_MAX;
+  static constexpr size_t kFirstSlots = 1024;  // a pack's shapes at once; more as they come
+  static constexpr size_t kFirstTable = 256;
+
+  struct Slot {
+    Key key;
+    Value value;
+    uint64_t hash;
+    uint32_t newer, older;  // the list from the most recently used (newest_) to the least (oldest_)
+  };
+
+  // A key not held, as the most recently used (the least recently used entry out if full). Under the lock.
+  void add(const Key& key, Value value, uint64_t hash) {
+    uint32_t slot;
+    if (slots_.size() < capacity_) {
+      if (slots_.capacity() == 0) slots_.reserve(std::min(capacity_, kFirstSlots));
+      slot = uint32_t(slots_.size());
+      slots_.push_back(Slot{key, std::move(value), hash, kNone, kNone});
+      if (2 * slots_.size() > table_.size()) grow_table();  // at most half full
+    } else {  // full: the least recently used entry's slot takes the new one
+      slot = oldest_;
+      erase_position(position_of(slots_[slot].key, slots_[slot].hash));
+      unlink(slot);
+      slots_[slot] = Slot{key, std::move(value), hash, kNone, kNone};
+    }
+    table_[free_position(hash)] = slot;
+    link_newest(slot);
+  }
+
+  // Hash's bits mixed into the high ones, which place an entry: FNV-style hashes vary little in their low bits.
+  static uint64_t hash_of(const Key& key) { return uint64_t(Hash()(key)) * 0x9E3779B97F4A7C15ull; }
+  size_t home(uint64_t hash) const { return size_t(hash >> shift_); }
+  size_t next(size_t at) const { return (at + 1) & (table_.size() - 1); }
+
+  size_t position_of(const Key& key, uint64_t hash) const {
+    if (table_.empty()) return kNoPosition;
+    for (size_t at = home(hash);; at = next(at)) {
+      const uint32_t slot = table_[at];
+      if (slot == kNone) return kNoPosition;
+      if (slots_[slot].hash == hash && slots_[slot].key == key) return at;
+    }
+  }
+  size_t free_position(uint64_t hash) const {
+    size_t at = home(hash);
+    while (table_[at] != kNone) at = next(at);
+    return at;
+  }
+  void grow_table() {
+    const size_t size = table_.empty() ? kFirstTable : 2 * table_.size();
+    table_.assign(size, kNone);
+    shift_ = 64 - std::countr_zero(size);
+    for (uint32_t slot = 0; slot < slots_.size(); ++slot) table_[free_position(slots_[slot].hash)] = slot;
+  }
+  // Linear probing's deletion: later entries of the probe run move back into the hole where their home allows.
+  void erase_position(size_t hole) {
+    for (size_t at = next(hole); table_[at] != kNone; at = next(at)) {
+      const size_t h = home(slots_[table_[at]].hash);
+      const bool home_in_run = hole < at ? (hole < h && h <= at) : (hole < h || h <= at);  // cyclically (hole, at]
+      if (!home_in_run) {
+        table_[hole] = table_[at];
+        hole = at;
+      }
+    }
+    table_[hole] = kNone;
+  }
+
+  void unlink(uint32_t slot) {
+    Slot& s = slots_[slot];
+    (s.newer == kNone ? newest_ : slots_[s.newer].older) = s.older;
+    (s.older == kNone ? oldest_ : slots_[s.older].newer) = s.newer;
+  }
+  void link_newest(uint32_t slot) {
+    slots_[slot].newer = kNone;
+    slots_[slot].older = newest_;
+    (newest_ == kNone ? oldest_ : slots_[newest_].newer) = slot;
+    newest_ = slot;
+  }
+  void make_newest(uint32_t slot) {
+    if (slot == newest_) return;
+    unlink(slot);
+    link_newest(slot);
+  }
+
   const size_t capacity_;
   std::mutex mutex_;
-  std::list<Entry> order_;  // most recently used first
-  std::unordered_map<Key, typename std::list<Entry>::iterator, Hash> index_;
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> table_;  // slot indices (kNone: free), a power of two in size
+  int shift_ = 64;
+  uint32_t newest_ = kNone, oldest_ = kNone;
 };
 
 }  // namespace dash::detail

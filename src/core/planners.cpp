@@ -16,8 +16,10 @@
 #include <exception>
 #include <functional>
 #include <iterator>
+#include <memory_resource>
 #include <mutex>
 #include <numeric>
+#include <span>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -157,10 +159,13 @@ void set_planner_threads(int n) { g_forced_threads.store(std::max(n, 0), std::me
 
 int planner_threads(int64_t visits) {
   if (const int forced = g_forced_threads.load(std::memory_order_relaxed)) return forced;
-  return int(std::clamp<int64_t>(visits / kVisitsPerThread, 1, hardware_threads()));
+  // One thread whatever the hardware below 2 parts' worth: asking the hardware first reads a file (about 20 us of a
+  // process's first plan, which a small template does not need).
+  const int64_t parts = visits / kVisitsPerThread;
+  return parts <= 1 ? 1 : int(std::clamp<int64_t>(parts, 1, hardware_threads()));
 }
 
-void run_parallel(int parts, const std::function<void(int)>& part) {
+void run_parallel_on_pool(int parts, const std::function<void(int)>& part) {
   Job job(part, parts);
   if (parts <= 1 || !pool().run(job)) job.claim_and_run();
   for (const std::exception_ptr& e : job.error)
@@ -175,7 +180,7 @@ int32_t first_segment_of_part(const std::vector<dash_segment>& segments, int64_t
                  segments.begin());
 }
 
-int32_t first_position_of_part(const std::vector<int32_t>& lengths, int part, int parts) {
+int32_t first_position_of_part(std::span<const int32_t> lengths, int part, int parts) {
   int64_t total = 0;
   int32_t longest = 0;
   for (int32_t len : lengths) {
@@ -200,6 +205,15 @@ int32_t first_position_of_part(const std::vector<int32_t>& lengths, int part, in
 
 namespace {
 
+// Where a build keeps its working lists: the drafts (a few runs per segment, a few segments per item) and the
+// flattening's counters, dozens of small lists whose allocations cost as much as a small template's whole build (a
+// pack's templates are small). They come from one arena per build (build_unvalidated's), but for those that parts on
+// other threads allocate, which come from the heap (an arena is not thread-safe).
+using Memory = std::pmr::memory_resource*;
+template <class T>
+using List = std::pmr::vector<T>;
+Memory part_memory(Memory arena, int parts) { return parts == 1 ? arena : std::pmr::new_delete_resource(); }
+
 // One KV tile's accumulator rows: every head of the unit against the Q tiles [q_begin, q_end) the tile sees
 // (contiguous for these masks, dash/geometry.hpp), in (head, Q tile) order. The Q tiles [full_begin, full_end)
 // see it without a masked pair; the others are partial.
@@ -210,10 +224,12 @@ struct KvRows {
   int32_t num_q() const { return q_end - q_begin; }
 };
 
-// The raw material of every planner, described rather than listed, so that a planner's cost is its output's.
+// The raw material of every planner, described rather than listed, so that a planner's cost is its output's; and
+// where the planner's drafts live.
 struct UnitRows {
   int32_t heads = 1; // heads_per_unit
-  std::vector<KvRows> kv; // [KV tile]
+  List<KvRows> kv; // [KV tile]
+  Memory arena = nullptr;
   int64_t count(int32_t kv_tile) const { return int64_t(heads) * kv[kv_tile].num_q(); }
 };
 
@@ -222,14 +238,15 @@ struct Run {
   int32_t head, q_first, count;
   bool descending;
 };
+using Runs = List<Run>;
 
 struct SegmentDraft {
   KvRows rows;
-  std::vector<Run> order; // visit order
+  Runs order; // visit order
 };
 
 struct ItemDraft {
-  std::vector<SegmentDraft> segments;
+  List<SegmentDraft> segments;
 };
 
 // ClaimOrder: an accumulator's contributions in the order of the visit table (items in claim order). Its waits
@@ -238,7 +255,8 @@ struct ItemDraft {
 enum class RankRule { ClaimOrder, LockstepArrival };
 
 struct TemplateDraft {
-  std::vector<ItemDraft> items; // claim order
+  explicit TemplateDraft(Memory arena) : items(arena) {}
+  List<ItemDraft> items; // claim order
   RankRule rank_rule = RankRule::ClaimOrder;
   bool generalised = false;
   std::string note;
@@ -247,31 +265,28 @@ struct TemplateDraft {
 // The rows each KV tile touches. The band's edges are non-decreasing in the row, so the Q tiles that see a KV
 // tile unmasked form an interval inside those that see it at all: the partial ones sit at its two ends, and a
 // few kind() calls per KV tile find them.
-UnitRows rows_by_kv_tile(const Problem& problem, const TileGrid& grid, int32_t heads_per_unit) {
-  UnitRows rows{heads_per_unit, {}};
+UnitRows rows_by_kv_tile(const Problem& problem, const TileGrid& grid, int32_t heads_per_unit, Memory arena) {
+  UnitRows rows{heads_per_unit, List<KvRows>(arena), arena};
   rows.kv.reserve(grid.num_kv_tiles());
-  for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv) {
-    KvRows r{kv};
-    std::tie(r.q_begin, r.q_end) = detail::q_tile_range(problem, grid, kv);
-    r.full_begin = r.q_begin;
-    while (r.full_begin < r.q_end && grid.kind(r.full_begin, kv) == BlockKind::Partial) ++r.full_begin;
-    r.full_end = r.q_end;
-    while (r.full_end > r.full_begin && grid.kind(r.full_end - 1, kv) == BlockKind::Partial) --r.full_end;
-    rows.kv.push_back(r);
+  int32_t kv = 0;
+  for (const detail::KvTileRows& g : detail::KvTileGeometry(problem, grid).all_rows(arena)) {
+    rows.kv.push_back(KvRows{kv, g.q_begin, g.q_end, g.full_begin, g.full_end});
+    ++kv;
   }
   return rows;
 }
 
 // The rows heads x [q_begin, q_end) in (head, Q tile) order.
-std::vector<Run> ascending(int32_t heads, int32_t q_begin, int32_t q_end) {
-  std::vector<Run> runs;
-  if (q_end > q_begin)
-    for (int32_t h = 0; h < heads; ++h) runs.push_back({h, q_begin, q_end - q_begin, false});
+Runs ascending(int32_t heads, int32_t q_begin, int32_t q_end, Memory arena) {
+  Runs runs(arena);
+  if (q_end <= q_begin) return runs;
+  runs.reserve(size_t(heads));
+  for (int32_t h = 0; h < heads; ++h) runs.push_back({h, q_begin, q_end - q_begin, false});
   return runs;
 }
 
 // The same rows, last first.
-std::vector<Run> reversed(std::vector<Run> runs) {
+Runs reversed(Runs runs) {
   std::reverse(runs.begin(), runs.end());
   for (Run& r : runs) {
     r.q_first += r.descending ? 1 - r.count : r.count - 1;
@@ -282,21 +297,24 @@ std::vector<Run> reversed(std::vector<Run> runs) {
 
 // The rows heads x [q_begin, q_end) in (head, Q tile) order, rotated left by `offset` (mod their number): the
 // order starts at the offset-th row and wraps around.
-std::vector<Run> rotated(int32_t heads, int32_t q_begin, int32_t q_end, int64_t offset) {
+Runs rotated(int32_t heads, int32_t q_begin, int32_t q_end, int64_t offset, Memory arena) {
   const int32_t len = q_end - q_begin;
-  if (len <= 0) return {};
+  if (len <= 0) return Runs(arena);
   const int64_t start = offset % (int64_t(heads) * len);
   const int32_t h0 = int32_t(start / len), q0 = q_begin + int32_t(start % len);
-  std::vector<Run> runs{{h0, q0, q_end - q0, false}};
+  Runs runs(arena);
+  runs.reserve(size_t(heads) + 1);
+  runs.push_back({h0, q0, q_end - q0, false});
   for (int32_t k = 1; k < heads; ++k) runs.push_back({(h0 + k) % heads, q_begin, len, false});
   if (q0 > q_begin) runs.push_back({h0, q_begin, q0 - q_begin, false});
   return runs;
 }
 
 // The rows of `rows` outside heads x [r_begin, r_end), an interval inside its own (or empty), in (head, Q tile) order.
-std::vector<Run> outside(int32_t heads, const KvRows& rows, int32_t r_begin, int32_t r_end) {
-  if (r_end <= r_begin) return ascending(heads, rows.q_begin, rows.q_end);
-  std::vector<Run> runs;
+Runs outside(int32_t heads, const KvRows& rows, int32_t r_begin, int32_t r_end, Memory arena) {
+  if (r_end <= r_begin) return ascending(heads, rows.q_begin, rows.q_end, arena);
+  Runs runs(arena);
+  runs.reserve(2 * size_t(heads));
   for (int32_t h = 0; h < heads; ++h) {
     if (r_begin > rows.q_begin) runs.push_back({h, rows.q_begin, r_begin - rows.q_begin, false});
     if (rows.q_end > r_end) runs.push_back({h, r_end, rows.q_end - r_end, false});
@@ -304,9 +322,19 @@ std::vector<Run> outside(int32_t heads, const KvRows& rows, int32_t r_begin, int
   return runs;
 }
 
+// An item of one segment. Its runs are moved in: an initializer list would copy them.
+ItemDraft one_segment_item(const KvRows& rows, Runs order) {
+  ItemDraft item{List<SegmentDraft>(order.get_allocator())};
+  item.segments.reserve(1);
+  item.segments.push_back(SegmentDraft{rows, std::move(order)});
+  return item;
+}
+
 TemplateDraft plan_ascending(const UnitRows& rows) {
-  TemplateDraft t;
-  for (const KvRows& kv : rows.kv) t.items.push_back({{{kv, ascending(rows.heads, kv.q_begin, kv.q_end)}}});
+  TemplateDraft t(rows.arena);
+  t.items.reserve(rows.kv.size());
+  for (const KvRows& kv : rows.kv)
+    t.items.push_back(one_segment_item(kv, ascending(rows.heads, kv.q_begin, kv.q_end, rows.arena)));
   t.rank_rule = RankRule::ClaimOrder;
   return t;
 }
@@ -331,7 +359,10 @@ constexpr size_t kMaxLockstepItems = 16;
 void chunk_lockstep_items(TemplateDraft& t, const char* unit_of_item) {
   if (t.items.size() <= kMaxLockstepItems) return;
   const size_t per_item = (t.items.size() + kMaxLockstepItems - 1) / kMaxLockstepItems;
-  std::vector<ItemDraft> chunked(kMaxLockstepItems);
+  List<ItemDraft> chunked(t.items.get_allocator());
+  chunked.reserve(kMaxLockstepItems);
+  for (size_t i = 0; i < kMaxLockstepItems; ++i)
+    chunked.push_back(ItemDraft{List<SegmentDraft>(t.items.get_allocator())});
   for (size_t i = 0; i < t.items.size(); ++i) {
     auto& segments = chunked[i % kMaxLockstepItems].segments;
     segments.insert(segments.end(), std::make_move_iterator(t.items[i].segments.begin()),
@@ -347,10 +378,11 @@ void chunk_lockstep_items(TemplateDraft& t, const char* unit_of_item) {
 TemplateDraft plan_shift(const UnitRows& rows, Mask mask) {
   // KV tile n starts at its n-th row and wraps. With the full mask and at least as many Q tiles as KV
   // tiles, the items touch pairwise distinct dQ tiles at every lock-step, so no contribution ever waits.
-  TemplateDraft t;
+  TemplateDraft t(rows.arena);
   int64_t max_rows = 0;
+  t.items.reserve(rows.kv.size());
   for (const KvRows& kv : rows.kv) {
-    t.items.push_back({{{kv, rotated(rows.heads, kv.q_begin, kv.q_end, kv.kv_tile)}}});
+    t.items.push_back(one_segment_item(kv, rotated(rows.heads, kv.q_begin, kv.q_end, kv.kv_tile, rows.arena)));
     max_rows = std::max(max_rows, rows.count(kv.kv_tile));
   }
   t.rank_rule = RankRule::LockstepArrival;
@@ -373,10 +405,17 @@ TemplateDraft plan_symmetric_shift(const UnitRows& rows, Mask mask) {
   // remaining rows ascending; the short side visits its rows descending. Ranks follow lock-step arrival,
   // which for the paper's shapes reproduces its orders: big sides in shift order, then small sides.
   const int32_t n = int32_t(rows.kv.size());
-  std::vector<int32_t> by_length(n);
+  List<int32_t> by_length(size_t(n), rows.arena);
   std::iota(by_length.begin(), by_length.end(), 0);
-  std::stable_sort(by_length.begin(), by_length.end(),
-                   [&](int32_t a, int32_t b) { return rows.kv[a].num_q() > rows.kv[b].num_q(); });
+  const auto longer = [&](int32_t a, int32_t b) { return rows.kv[a].num_q() > rows.kv[b].num_q(); };
+  // Stable, so the order is one: a few dozen tiles are sorted in place (std::stable_sort allocates a buffer).
+  if (n <= 64) {
+    for (int32_t i = 1; i < n; ++i)
+      for (int32_t j = i; j > 0 && longer(by_length[j], by_length[j - 1]); --j)
+        std::swap(by_length[j], by_length[j - 1]);
+  } else {
+    std::stable_sort(by_length.begin(), by_length.end(), longer);
+  }
   const int32_t pairs = n / 2;
 
   // Every KV tile's rows are all heads against an interval of Q tiles, so the rows all big sides share are all
@@ -388,22 +427,28 @@ TemplateDraft plan_symmetric_shift(const UnitRows& rows, Mask mask) {
     rect_end = k == 0 ? big.q_end : std::min(rect_end, big.q_end);
   }
 
-  TemplateDraft t;
+  TemplateDraft t(rows.arena);
   t.rank_rule = RankRule::LockstepArrival;
+  t.items.reserve(size_t(pairs) + 1);
   for (int32_t k = 0; k < pairs; ++k) {
     const KvRows& big_rows = rows.kv[by_length[k]];
     const KvRows& small_rows = rows.kv[by_length[n - 1 - k]];
-    SegmentDraft big{big_rows, rotated(rows.heads, rect_begin, rect_end, k)};
-    const std::vector<Run> rest = outside(rows.heads, big_rows, rect_begin, rect_end);
+    SegmentDraft big{big_rows, rotated(rows.heads, rect_begin, rect_end, k, rows.arena)};
+    const Runs rest = outside(rows.heads, big_rows, rect_begin, rect_end, rows.arena);
+    big.order.reserve(big.order.size() + rest.size());
     big.order.insert(big.order.end(), rest.begin(), rest.end());
-    SegmentDraft small{small_rows, reversed(ascending(rows.heads, small_rows.q_begin, small_rows.q_end))};
-    std::vector<SegmentDraft>& segments = t.items.emplace_back().segments;  // moved: an initializer list copies
+    SegmentDraft small{small_rows,
+                       reversed(ascending(rows.heads, small_rows.q_begin, small_rows.q_end, rows.arena))};
+    // Moved in (an initializer list copies), into lists of the arena.
+    List<SegmentDraft>& segments = t.items.emplace_back(ItemDraft{List<SegmentDraft>(rows.arena)}).segments;
+    segments.reserve(2);
     segments.push_back(std::move(big));
     segments.push_back(std::move(small));
   }
   if (n % 2 == 1) {
     const KvRows& middle = rows.kv[by_length[pairs]];
-    t.items.push_back({{{middle, reversed(ascending(rows.heads, middle.q_begin, middle.q_end))}}});
+    t.items.push_back(
+        one_segment_item(middle, reversed(ascending(rows.heads, middle.q_begin, middle.q_end, rows.arena))));
   }
   // Claim order = pair index, longest pair first; the KV-tile order inside the template stays visible in
   // each segment's kv_tile.
@@ -423,30 +468,36 @@ TemplateDraft plan_symmetric_shift(const UnitRows& rows, Mask mask) {
 // differences and summed at the end. add_run(r, k) counts the first k visits of r.
 class ContributionCounter {
  public:
-  ContributionCounter(size_t accumulators, int32_t num_q) : added_(accumulators + 1, 0), num_q_(num_q) {}
+  ContributionCounter(size_t accumulators, int32_t num_q, Memory memory)
+      : added_(accumulators + 1, 0, memory), num_q_(num_q) {}
   void add_run(const Run& r, int32_t k) {
     const size_t lowest = size_t(r.head) * num_q_ + (r.descending ? r.q_first - k + 1 : r.q_first);
     ++added_[lowest];
     --added_[lowest + k];
   }
-  std::vector<uint16_t> counts() const {
-    std::vector<uint16_t> c(added_.size() - 1);
+  template <class Counts>
+  Counts counts(Counts c) const {
+    c.resize(added_.size() - 1);
     int32_t running = 0;
     for (size_t a = 0; a < c.size(); ++a) c[a] = uint16_t(running += added_[a]);
     return c;
   }
 
  private:
-  std::vector<int32_t> added_;
+  List<int32_t> added_;
   int32_t num_q_;
 };
 
 // Lays out the tables: items and segments in claim order with their visit ranges, each accumulator's number
 // of contributions, and the longest item. Returns the number of visits.
-int32_t lay_out(const TemplateDraft& draft, int32_t num_q, int32_t heads_per_unit, Plan& plan) {
+int32_t lay_out(const TemplateDraft& draft, int32_t num_q, int32_t heads_per_unit, Plan& plan, Memory arena) {
   plan.items.clear();
   plan.segments.clear();
-  ContributionCounter contributions(size_t(heads_per_unit) * num_q, num_q);
+  size_t segments = 0;
+  for (const ItemDraft& item : draft.items) segments += item.segments.size();
+  plan.items.reserve(draft.items.size());
+  plan.segments.reserve(segments);
+  ContributionCounter contributions(size_t(heads_per_unit) * num_q, num_q, arena);
   int32_t next_visit = 0, max_visits = 0;
   for (const ItemDraft& item : draft.items) {
     plan.items.push_back({int32_t(plan.segments.size()), int32_t(item.segments.size())});
@@ -462,7 +513,7 @@ int32_t lay_out(const TemplateDraft& draft, int32_t num_q, int32_t heads_per_uni
     }
     max_visits = std::max(max_visits, next_visit - item_begin);
   }
-  plan.dq_count = contributions.counts();
+  plan.dq_count = contributions.counts(std::vector<uint16_t>());
   plan.header.max_visits_per_item = max_visits;
   return next_visit;
 }
@@ -471,7 +522,7 @@ int32_t lay_out(const TemplateDraft& draft, int32_t num_q, int32_t heads_per_uni
 // from `start` (the contributions that come earlier in the order, handed out by other threads).
 class RankCounter {
  public:
-  RankCounter(const Plan& plan, int32_t num_q, std::vector<uint16_t> start)
+  RankCounter(const Plan& plan, int32_t num_q, List<uint16_t> start)
       : count_(plan.dq_count.data()), next_(std::move(start)), num_q_(num_q) {}
   dash_visit ranked(dash_visit vis) {
     const size_t a = size_t(vis.head_in_unit) * num_q_ + vis.q_tile;
@@ -483,7 +534,7 @@ class RankCounter {
 
  private:
   const uint16_t* count_;
-  std::vector<uint16_t> next_;
+  List<uint16_t> next_;
   int32_t num_q_;
 };
 
@@ -548,15 +599,17 @@ class ItemWalk {
 // Lock-step arrival: the visit at position p of item i arrives at time (p, i), and ranks are handed out in that
 // order; this writes positions [from, to) of every item, ranked. Consecutive arrivals lie an item apart in the visit
 // table (items of equal length a power of two bytes apart, so that a direct walk thrashes a few cache sets): the walk
-// writes the next kChunk visits of every item still running into one buffer, ranks them there step by step, and
+// writes the next (up to) kChunk visits of every item still running into one buffer, ranks them there step by step, and
 // copies them out. Each visit is written once, where writing the table and ranking it in place read it back.
-void write_by_arrival(const TemplateDraft& draft, Plan& plan, RankCounter& ranks, int32_t from, int32_t to) {
+void write_by_arrival(const TemplateDraft& draft, Plan& plan, RankCounter& ranks, int32_t from, int32_t to,
+                      Memory memory) {
   constexpr int32_t kChunk = 32;
   struct Running {
     ItemWalk walk;
     int32_t begin, length;  // the item's first visit in the table, and its length cut at `to`
   };
-  std::vector<Running> running;  // the items still running, in claim order
+  List<Running> running(memory);  // the items still running, in claim order
+  running.reserve(plan.items.size());
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const dash_item& item = plan.items[i];
     const dash_segment& first = plan.segments[item.first_segment];
@@ -564,18 +617,25 @@ void write_by_arrival(const TemplateDraft& draft, Plan& plan, RankCounter& ranks
     const int32_t item_length = last.first_visit + last.num_visits - first.first_visit;
     if (item_length > from) running.push_back({ItemWalk(draft.items[i], from), first.first_visit, std::min(item_length, to)});
   }
-  std::vector<dash_visit> buffer(running.size() * kChunk);
-  for (int32_t base = from; !running.empty(); base += kChunk) {
-    for (size_t k = 0; k < running.size(); ++k)
-      running[k].walk.take(std::min(kChunk, running[k].length - base), &buffer[k * kChunk]);
-    for (int32_t step = 0; step < kChunk; ++step)
+  // Chunks no longer than the longest item: a pack's short items would leave most of a full chunk unused.
+  int32_t longest = 0;
+  for (const Running& r : running) longest = std::max(longest, r.length);
+  const int32_t chunk = std::min(kChunk, longest - from);
+  List<dash_visit> buffer(running.size() * size_t(std::max(chunk, 0)), memory);
+  for (int32_t base = from; !running.empty(); base += chunk) {
+    int32_t steps = 0;  // up to the longest item's end: short items (a pack's) end well within a chunk
+    for (size_t k = 0; k < running.size(); ++k) {
+      running[k].walk.take(std::min(chunk, running[k].length - base), &buffer[k * chunk]);
+      steps = std::max(steps, std::min(chunk, running[k].length - base));
+    }
+    for (int32_t step = 0; step < steps; ++step)
       for (size_t k = 0; k < running.size(); ++k)
-        if (base + step < running[k].length) buffer[k * kChunk + step] = ranks.ranked(buffer[k * kChunk + step]);
+        if (base + step < running[k].length) buffer[k * chunk + step] = ranks.ranked(buffer[k * chunk + step]);
     size_t kept = 0;
     for (size_t k = 0; k < running.size(); ++k) {
       const Running& r = running[k];
-      std::copy_n(&buffer[k * kChunk], std::min(kChunk, r.length - base), &plan.visits[r.begin + base]);
-      if (base + kChunk < r.length) running[kept++] = r;
+      std::copy_n(&buffer[k * chunk], std::min(chunk, r.length - base), &plan.visits[r.begin + base]);
+      if (base + chunk < r.length) running[kept++] = r;
     }
     running.erase(running.begin() + kept, running.end());
   }
@@ -600,17 +660,47 @@ void prefault(char* begin, char* end, bool touch) {
     for (char* p = begin; p < end; p += kPage) *p = 0;
 }
 
+// Each accumulator's contributions in the segments before `first` (table order). The first part has none to count.
+List<uint16_t> claims_before(const List<const SegmentDraft*>& drafts, int32_t first, size_t accumulators, int32_t num_q,
+                             Memory memory) {
+  if (first == 0) return List<uint16_t>(accumulators, 0, memory);
+  ContributionCounter before(accumulators, num_q, memory);
+  for (int32_t s = 0; s < first; ++s)
+    for (const Run& r : drafts[s]->order) before.add_run(r, r.count);
+  return before.counts(List<uint16_t>(memory));
+}
+
+// Each accumulator's arrivals before lock-step position `from`: the first `from` visits of every item. The first
+// part has none to count.
+List<uint16_t> arrivals_before(const TemplateDraft& draft, int32_t from, size_t accumulators, int32_t num_q,
+                               Memory memory) {
+  if (from == 0) return List<uint16_t>(accumulators, 0, memory);
+  ContributionCounter before(accumulators, num_q, memory);
+  for (const ItemDraft& item : draft.items) {
+    int32_t left = from;
+    for (const SegmentDraft& seg : item.segments)
+      for (const Run& r : seg.order) {
+        const int32_t k = std::min(left, r.count);
+        if (k > 0) before.add_run(r, k);
+        left -= k;
+      }
+  }
+  return before.counts(List<uint16_t>(memory));
+}
+
 // Fills the plan's tables and assigns every visit its rank in its accumulator's order. With several threads, each
 // writes a run of whole segments (claim order) or a range of lock-step positions of every item (lock-step arrival);
 // a part's counters start at what the parts before it contribute, so every rank is the one-thread one.
-void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per_unit, Plan& plan) {
+void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per_unit, Plan& plan, Memory arena) {
   const int32_t num_q = grid.num_q_tiles();
-  const int32_t total = lay_out(draft, num_q, heads_per_unit, plan);
+  const int32_t total = lay_out(draft, num_q, heads_per_unit, plan, arena);
   const size_t accumulators = plan.dq_count.size();
-  std::vector<const SegmentDraft*> drafts; // table order
+  List<const SegmentDraft*> drafts(arena); // table order
+  drafts.reserve(plan.segments.size());
   for (const ItemDraft& item : draft.items)
     for (const SegmentDraft& seg : item.segments) drafts.push_back(&seg);
   const int threads = detail::planner_threads(total);
+  const Memory memory = part_memory(arena, threads);
 
   // Every visit is written below, so the table is not zero-filled first (TableAllocator). A large table is fresh
   // memory from the kernel, and faulting its pages in one by one as they are first written costs as much as writing
@@ -628,10 +718,7 @@ void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per
     detail::run_parallel(threads, [&](int part) {
       const int32_t first = detail::first_segment_of_part(plan.segments, total, part, threads);
       const int32_t end = detail::first_segment_of_part(plan.segments, total, part + 1, threads);
-      ContributionCounter before(accumulators, num_q);
-      for (int32_t s = 0; s < first; ++s)
-        for (const Run& r : drafts[s]->order) before.add_run(r, r.count);
-      RankCounter ranks(plan, num_q, before.counts());
+      RankCounter ranks(plan, num_q, claims_before(drafts, first, accumulators, num_q, memory));
       for (int32_t s = first; s < end; ++s) {
         dash_visit* out = plan.visits.data() + plan.segments[s].first_visit;
         for (const Run& r : drafts[s]->order)
@@ -641,7 +728,8 @@ void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per
     return;
   }
 
-  std::vector<int32_t> lengths; // per item
+  List<int32_t> lengths(arena); // per item
+  lengths.reserve(plan.items.size());
   for (const dash_item& item : plan.items) {
     const dash_segment& last = plan.segments[item.first_segment + item.num_segments - 1];
     lengths.push_back(last.first_visit + last.num_visits - plan.segments[item.first_segment].first_visit);
@@ -650,19 +738,8 @@ void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per
     const int32_t from = detail::first_position_of_part(lengths, part, threads);
     const int32_t to = detail::first_position_of_part(lengths, part + 1, threads);
     if (from >= to) return;
-    // The arrivals before `from`: the first `from` visits of every item.
-    ContributionCounter before(accumulators, num_q);
-    for (const ItemDraft& item : draft.items) {
-      int32_t left = from;
-      for (const SegmentDraft& seg : item.segments)
-        for (const Run& r : seg.order) {
-          const int32_t k = std::min(left, r.count);
-          if (k > 0) before.add_run(r, k);
-          left -= k;
-        }
-    }
-    RankCounter ranks(plan, num_q, before.counts());
-    write_by_arrival(draft, plan, ranks, from, to);
+    RankCounter ranks(plan, num_q, arrivals_before(draft, from, accumulators, num_q, memory));
+    write_by_arrival(draft, plan, ranks, from, to, memory);
   });
 }
 
@@ -754,8 +831,11 @@ Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles,
   const int32_t group = problem.group_size();
   const int32_t heads_per_unit = gqa_mode == GqaMode::PackGroup ? group : 1;
 
-  const auto rows = rows_by_kv_tile(problem, grid, heads_per_unit);
-  TemplateDraft draft;
+  // The drafts' lists: from a buffer on the stack, then (a large template's) from the heap, all freed on return.
+  std::byte arena_buffer[8192];
+  std::pmr::monotonic_buffer_resource arena(arena_buffer, sizeof arena_buffer);
+  const auto rows = rows_by_kv_tile(problem, grid, heads_per_unit, &arena);
+  TemplateDraft draft(&arena);
   switch (planner) {
     case Planner::Ascending: draft = plan_ascending(rows); break;
     case Planner::Descending: draft = plan_descending(rows); break;
@@ -780,7 +860,7 @@ Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles,
   h.heads_per_unit = heads_per_unit;
   h.num_units = problem.batch * (gqa_mode == GqaMode::PackGroup ? problem.heads_kv : problem.heads_q);
   h.num_ctas = num_ctas;
-  flatten(draft, grid, heads_per_unit, plan);
+  flatten(draft, grid, heads_per_unit, plan, &arena);
   h.items_per_unit = int32_t(plan.items.size());
   h.segments_per_unit = int32_t(plan.segments.size());
   h.visits_per_unit = int32_t(plan.visits.size());

@@ -3,8 +3,10 @@
 // here make a deadlock impossible; the checks below follow its numbering.
 #include <algorithm>
 #include <functional>
+#include <memory_resource>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -24,6 +26,15 @@ namespace {
 struct Failure {
   std::string reason;
 };
+
+// Where the checks keep their lists: validate_plan's arena (a small plan's dozen lists, which allocated as much as
+// its checks cost), or the heap for those that parts on other threads allocate (an arena is not thread-safe).
+using Memory = std::pmr::memory_resource*;
+template <class T>
+using List = std::pmr::vector<T>;
+
+// The arena for a part's lists: validate_plan's where one part runs (on the caller's thread), else the heap.
+Memory part_memory(Memory arena, int parts) { return parts == 1 ? arena : std::pmr::new_delete_resource(); }
 
 // The parts are taken by value: a loop variable passed by reference would be kept in memory all loop long.
 template <typename... Parts>
@@ -100,20 +111,9 @@ void check_visit_fields(const Plan& plan) {
 
 // The Q tiles a KV tile meets, [q_begin, q_end), and those it meets without a masked pair, [full_begin,
 // full_end): both intervals (the band's edges are non-decreasing in the row), so each visit's block is checked
-// against the geometry in O(1); the few partial tiles at the ends come from TileGrid::kind.
-struct KvGeometry {
-  int32_t q_begin = 0, q_end = 0, full_begin = 0, full_end = 0;
-};
-
-KvGeometry kv_geometry(const Problem& problem, const TileGrid& grid, int32_t kv) {
-  KvGeometry g;
-  std::tie(g.q_begin, g.q_end) = detail::q_tile_range(problem, grid, kv);
-  g.full_begin = g.q_begin;
-  while (g.full_begin < g.q_end && grid.kind(g.full_begin, kv) == BlockKind::Partial) ++g.full_begin;
-  g.full_end = g.q_end;
-  while (g.full_end > g.full_begin && grid.kind(g.full_end - 1, kv) == BlockKind::Partial) --g.full_end;
-  return g;
-}
+// against the geometry in O(1); the few partial tiles at the ends come from the mask's block kinds
+// (detail::KvTileGeometry, TileGrid::kind's).
+using KvGeometry = detail::KvTileRows;
 
 // (2) Coverage: each segment's visits lie on unmasked blocks of its KV tile (heads in range) with the right
 // partial-mask flag, none twice, and as many as the KV tile has blocks; as every KV tile is one segment, that is exact
@@ -124,7 +124,7 @@ KvGeometry kv_geometry(const Problem& problem, const TileGrid& grid, int32_t kv)
 // it would have if accumulators took their contributions in claim order: the number of earlier visits on its
 // accumulator in the table.
 struct Coverage {
-  std::vector<int32_t> contributions; // per accumulator
+  List<int32_t> contributions;        // per accumulator
   bool flags_agree = true;            // given ranks 0 .. dq_count - 1
   bool ranked_in_claim_order = true;  // and flags_agree
 };
@@ -139,7 +139,7 @@ struct PartTally {
 
 // What one part of the table says: its tallies per accumulator, its FIRST and LAST flags, and its visits' order.
 struct PartCoverage {
-  std::vector<PartTally> tally;
+  List<PartTally> tally;
   int64_t firsts = 0, lasts = 0;
   bool flags_agree = true, in_claim_order = true;
 };
@@ -190,36 +190,38 @@ bool cover_segment(const Plan& plan, int32_t s, const KvGeometry& g, PartCoverag
   return kClaimOrder && in_claim_order;
 }
 
-Coverage check_coverage(const Plan& plan, const Problem& problem, const TileGrid& grid) {
+Coverage check_coverage(const Plan& plan, const Problem& problem, const TileGrid& grid, Memory memory) {
   const dash_plan_header& h = plan.header;
   const int64_t nq = h.num_q_tiles, nk = h.num_kv_tiles;
-  std::vector<int32_t> segments_of_kv(nk, 0);
+  List<int32_t> segments_of_kv(size_t(nk), 0, memory);
   for (const dash_segment& seg : plan.segments) ++segments_of_kv[seg.kv_tile];
   for (int64_t kv = 0; kv < nk; ++kv)
     if (segments_of_kv[kv] != 1) fail("KV tile ", kv, " appears in ", segments_of_kv[kv], " segments, expected 1");
 
   const size_t accumulators = size_t(h.heads_per_unit) * nq;
   const int parts = detail::planner_threads(h.visits_per_unit);
-  std::vector<PartCoverage> part_of(parts);
+  List<PartCoverage> part_of(memory);
+  part_of.reserve(size_t(parts));
+  for (int part = 0; part < parts; ++part) part_of.push_back(PartCoverage{List<PartTally>(part_memory(memory, parts))});
+  const List<KvGeometry> kv_rows = detail::KvTileGeometry(problem, grid).all_rows(memory);  // per KV tile
   // Each part checks whole segments, so every check but the claim-order one sees only its own part's tallies.
   detail::run_parallel(parts, [&](int part) {
     PartCoverage& p = part_of[part];
     p.tally.assign(accumulators, PartTally{});
     const int32_t end = detail::first_segment_of_part(plan.segments, h.visits_per_unit, part + 1, parts);
     for (int32_t s = detail::first_segment_of_part(plan.segments, h.visits_per_unit, part, parts); s < end; ++s) {
-      const KvGeometry g = kv_geometry(problem, grid, plan.segments[s].kv_tile);
+      const KvGeometry& g = kv_rows[size_t(plan.segments[s].kv_tile)];
       p.in_claim_order = p.in_claim_order ? cover_segment<true>(plan, s, g, p) : cover_segment<false>(plan, s, g, p);
     }
   });
 
   // Covered exactly, accumulator (head, q) has one contribution per KV tile that meets Q tile q: counted as the
   // differences at the ends of each KV tile's interval.
-  Coverage c{std::vector<int32_t>(accumulators, 0)};
-  std::vector<int32_t> added(nq + 1, 0);
+  Coverage c{List<int32_t>(accumulators, 0, memory)};
+  List<int32_t> added(size_t(nq) + 1, 0, memory);
   for (int32_t kv = 0; kv < nk; ++kv) {
-    const auto [q_begin, q_end] = detail::q_tile_range(problem, grid, kv);
-    ++added[q_begin];
-    --added[q_end];
+    ++added[kv_rows[size_t(kv)].q_begin];
+    --added[kv_rows[size_t(kv)].q_end];
   }
   int64_t with_contributions = 0;
   for (int32_t q = 0, running = 0; q < nq; ++q) {
@@ -228,7 +230,10 @@ Coverage check_coverage(const Plan& plan, const Problem& problem, const TileGrid
     with_contributions += running > 0 ? h.heads_per_unit : 0;
   }
 
-  std::vector<int32_t> claimed(accumulators, 0);  // visits in the parts before, in claim order
+  // Visits in the parts before, in claim order: none before the first part (the only one of a small template,
+  // which then needs no list).
+  List<int32_t> claimed(memory);
+  if (parts > 1) claimed.assign(accumulators, 0);
   int64_t firsts = 0, lasts = 0;
   for (const PartCoverage& p : part_of) {
     firsts += p.firsts;
@@ -239,8 +244,8 @@ Coverage check_coverage(const Plan& plan, const Problem& problem, const TileGrid
     for (size_t a = 0; a < accumulators; ++a) {
       const PartTally& t = p.tally[a];
       if (t.visits == 0) continue;
-      c.ranked_in_claim_order &= t.first_rank == claimed[a];
-      claimed[a] += t.visits;
+      c.ranked_in_claim_order &= t.first_rank == (claimed.empty() ? 0 : claimed[a]);
+      if (!claimed.empty()) claimed[a] += t.visits;
     }
   }
   c.flags_agree &= firsts == with_contributions && lasts == with_contributions;
@@ -249,12 +254,12 @@ Coverage check_coverage(const Plan& plan, const Problem& problem, const TileGrid
 }
 
 // (3), first part: the contribution counts and the dK/dV group order.
-void check_counts_and_group(const Plan& plan, const Coverage& coverage) {
+void check_counts_and_group(const Plan& plan, const Coverage& coverage, Memory memory) {
   for (size_t a = 0; a < coverage.contributions.size(); ++a)
     if (coverage.contributions[a] != plan.dq_count[a])
       fail("dQ accumulator ", a, " has ", coverage.contributions[a], " contributions but dq_count says ",
            plan.dq_count[a]);
-  std::vector<uint8_t> group_seen(plan.header.group_size, 0);
+  List<uint8_t> group_seen(size_t(plan.header.group_size), 0, memory);
   for (uint8_t g : plan.group_head_by_rank) {
     if (g >= plan.header.group_size || group_seen[g]) fail("group_head_by_rank is not a permutation of the group");
     group_seen[g] = 1;
@@ -262,15 +267,16 @@ void check_counts_and_group(const Plan& plan, const Coverage& coverage) {
 }
 
 // The first visit of every item, and the table's end.
-std::vector<int32_t> item_begins(const Plan& plan) {
-  std::vector<int32_t> begin;
+List<int32_t> item_begins(const Plan& plan, Memory memory) {
+  List<int32_t> begin(memory);
+  begin.reserve(plan.items.size() + 1);
   for (const dash_item& item : plan.items) begin.push_back(plan.segments[item.first_segment].first_visit);
   begin.push_back(plan.header.visits_per_unit);
   return begin;
 }
 
 // The item whose visit range holds visit v (items tile the visit table in order, check (1)).
-int32_t item_of(const std::vector<int32_t>& item_begin, int32_t v) {
+int32_t item_of(std::span<const int32_t> item_begin, int32_t v) {
   return int32_t(std::upper_bound(item_begin.begin(), item_begin.end(), v) - item_begin.begin()) - 1;
 }
 
@@ -282,7 +288,7 @@ struct Waits {
   bool only_backward = true;
 };
 
-Waits waves(const std::vector<int32_t>& reach) {
+Waits waves(std::span<const int32_t> reach) {
   Waits w;
   int32_t start = -1, end = -1;
   for (int32_t i = 0; i < int32_t(reach.size()); ++i) {
@@ -320,15 +326,16 @@ struct First {
   int32_t rank, item;
 };
 struct Part {
-  std::vector<Tally> tally;   // per accumulator
-  std::vector<First> first;   // per accumulator, where tally.next_rank >= 0
-  std::vector<int32_t> reach; // per item
+  explicit Part(Memory memory) : tally(memory), first(memory), reach(memory) {}
+  List<Tally> tally;   // per accumulator
+  List<First> first;   // per accumulator, where tally.next_rank >= 0
+  List<int32_t> reach; // per item
   bool in_order = true;
 };
 
 // Walks positions [from, to) of every item (begin: each item's first visit, and the table's end). A plain function
 // of plain locals, as cover_segment.
-void walk(const Plan& plan, const std::vector<int32_t>& begin, int32_t from, int32_t to, Part& p) {
+void walk(const Plan& plan, std::span<const int32_t> begin, int32_t from, int32_t to, Part& p) {
   constexpr int32_t kChunk = 32;
   const int64_t nq = plan.header.num_q_tiles;
   const int32_t num_items = int32_t(plan.items.size());
@@ -342,20 +349,27 @@ void walk(const Plan& plan, const std::vector<int32_t>& begin, int32_t from, int
   struct Running {
     int32_t item, length; // length cut at `to`
   };
-  std::vector<Running> running;
+  const Memory memory = p.tally.get_allocator().resource();  // the part's
+  List<Running> running(memory);
+  running.reserve(size_t(num_items));
   for (int32_t i = 0; i < num_items; ++i) {
     reach[i] = i;
     const int32_t length = begin[i + 1] - begin[i];
     if (from < to && length > from) running.push_back({i, std::min(length, to)});
   }
-  std::vector<dash_visit> buffer(running.size() * kChunk);
-  for (int32_t base = from; !running.empty(); base += kChunk) {
+  // Chunks no longer than the longest item: a pack's short items would leave most of a full chunk unused.
+  int32_t longest = 0;
+  for (const Running& r : running) longest = std::max(longest, r.length);
+  const int32_t chunk = std::min(kChunk, longest - from);
+  List<dash_visit> buffer(running.size() * size_t(std::max(chunk, 0)), memory);
+  for (int32_t base = from; !running.empty(); base += chunk) {
     const size_t count = running.size();
     for (size_t k = 0; k < count; ++k)
-      std::copy_n(visits + begin[running[k].item] + base, std::min(kChunk, running[k].length - base), &buffer[k * kChunk]);
+      std::copy_n(visits + begin[running[k].item] + base, std::min(chunk, running[k].length - base),
+                  &buffer[k * chunk]);
     bool in_order = true;
     const auto visit = [&](size_t k, int32_t step) {
-      const dash_visit vis = buffer[k * kChunk + step];
+      const dash_visit vis = buffer[k * chunk + step];
       const int32_t item = running[k].item, rank = vis.dq_rank;
       const size_t a = size_t(vis.head_in_unit) * nq + vis.q_tile;
       Tally& t = tally[a];
@@ -366,12 +380,16 @@ void walk(const Plan& plan, const std::vector<int32_t>& begin, int32_t from, int
       reach[item] = std::max(reach[item], t.last_item);
       t.last_item = item;
     };
-    // Steps every item still running reaches need no test of its length (all of them but in an item's last chunk).
-    int32_t common = kChunk;
-    for (const Running& r : running) common = std::min(common, r.length - base);
+    // Steps every item still running reaches need no test of its length (all of them but in an item's last chunk),
+    // and none is taken past the longest item's end (a pack's short items end well within a chunk).
+    int32_t common = chunk, steps = 0;
+    for (const Running& r : running) {
+      common = std::min(common, r.length - base);
+      steps = std::max(steps, std::min(chunk, r.length - base));
+    }
     for (int32_t step = 0; step < common; ++step)
       for (size_t k = 0; k < count; ++k) visit(k, step);
-    for (int32_t step = common; step < kChunk; ++step)
+    for (int32_t step = common; step < steps; ++step)
       for (size_t k = 0; k < count; ++k)
         if (base + step < running[k].length) visit(k, step);
     if (!in_order) {
@@ -380,27 +398,40 @@ void walk(const Plan& plan, const std::vector<int32_t>& begin, int32_t from, int
     }
     size_t kept = 0;
     for (const Running& r : running)
-      if (base + kChunk < r.length) running[kept++] = r;
+      if (base + chunk < r.length) running[kept++] = r;
     running.resize(kept);
   }
 }
 
 }  // namespace arrival
 
-std::optional<std::vector<int32_t>> ranked_by_arrival(const Plan& plan) {
+// The merge below for one part (a small template's only one), without its lists: no visits come before it, so its
+// accumulators' ranks must start at 0, and its reach is the whole one.
+std::optional<List<int32_t>> merged_arrival(arrival::Part& p, size_t accumulators) {
+  if (!p.in_order) return std::nullopt;
+  for (size_t a = 0; a < accumulators; ++a)
+    if (p.tally[a].next_rank >= 0 && p.first[a].rank != 0) return std::nullopt;
+  return std::move(p.reach);
+}
+
+std::optional<List<int32_t>> ranked_by_arrival(const Plan& plan, Memory memory) {
   const int32_t num_items = int32_t(plan.items.size());
   const size_t accumulators = plan.dq_count.size();
-  const std::vector<int32_t> begin = item_begins(plan);
-  std::vector<int32_t> lengths(num_items);
+  const List<int32_t> begin = item_begins(plan, memory);
+  List<int32_t> lengths(size_t(num_items), memory);
   for (int32_t i = 0; i < num_items; ++i) lengths[i] = begin[i + 1] - begin[i];
   const int parts = detail::planner_threads(plan.header.visits_per_unit);
-  std::vector<arrival::Part> part_of(parts);
+  List<arrival::Part> part_of(memory);
+  part_of.reserve(size_t(parts));
+  for (int part = 0; part < parts; ++part) part_of.emplace_back(part_memory(memory, parts));
   detail::run_parallel(parts, [&](int part) {
     arrival::walk(plan, begin, detail::first_position_of_part(lengths, part, parts),
                   detail::first_position_of_part(lengths, part + 1, parts), part_of[part]);
   });
 
-  std::vector<int32_t> reach(num_items), next_rank(accumulators, 0), last_item(accumulators, -1);
+  if (parts == 1) return merged_arrival(part_of[0], accumulators);
+  List<int32_t> reach(size_t(num_items), memory), next_rank(accumulators, 0, memory),
+      last_item(accumulators, -1, memory);
   std::iota(reach.begin(), reach.end(), 0);
   for (const arrival::Part& p : part_of) {
     if (!p.in_order) return std::nullopt;
@@ -454,7 +485,7 @@ RankIndex check_ranks(const Plan& plan) {
 std::vector<int32_t> check_acyclic(const Plan& plan, const RankIndex& index) {
   const int32_t nv = plan.header.visits_per_unit, num_items = plan.header.items_per_unit;
   const int32_t nq = plan.header.num_q_tiles;
-  const std::vector<int32_t> item_begin = item_begins(plan);
+  const List<int32_t> item_begin = item_begins(plan, std::pmr::get_default_resource());
   // Per visit: its predecessors not yet done (low bits), and whether its item goes on after it.
   constexpr uint8_t kPending = 3, kChainNext = 4;
   std::vector<uint8_t> state(nv);
@@ -494,12 +525,12 @@ std::vector<int32_t> check_acyclic(const Plan& plan, const RankIndex& index) {
 
 // (3) total orders, (4) no cycle, (5) waves. Ranks in claim order or in lock-step arrival order (what the
 // planners make) are proved in one pass; any other order goes through the general checks.
-Waits check_orders_and_waits(const Plan& plan, const Coverage& coverage) {
-  check_counts_and_group(plan, coverage);
+Waits check_orders_and_waits(const Plan& plan, const Coverage& coverage, Memory memory) {
+  check_counts_and_group(plan, coverage, memory);
   // Claim order is a topological order in which every wait targets an earlier visit, so an earlier ticket.
   if (coverage.ranked_in_claim_order) return {};
   if (coverage.flags_agree)
-    if (const auto reach = ranked_by_arrival(plan)) return waves(*reach);
+    if (const auto reach = ranked_by_arrival(plan, memory)) return waves(*reach);
   return waves(check_acyclic(plan, check_ranks(plan)));
 }
 
@@ -507,19 +538,22 @@ Waits check_orders_and_waits(const Plan& plan, const Coverage& coverage) {
 
 ValidationReport validate_plan(const Plan& plan, int32_t num_ctas) {
   ValidationReport report;
+  // The checks' lists (List): from a buffer on the stack, then (a large plan's) from the heap, all freed on return.
+  std::byte arena_buffer[8192];
+  std::pmr::monotonic_buffer_resource arena(arena_buffer, sizeof arena_buffer);
   try {
     if (num_ctas < 1) fail("num_ctas must be >= 1");
     check_structure(plan);
     const Problem problem = Problem::from_c(plan.header.problem);
     const TileGrid grid(problem, {plan.header.block_m, plan.header.block_n});
-    Coverage coverage;
+    Coverage coverage{List<int32_t>(&arena)};  // assigned from one of the same arena: moved, not copied
     try {
-      coverage = check_coverage(plan, problem, grid);
+      coverage = check_coverage(plan, problem, grid, &arena);
     } catch (const Failure&) {
       check_visit_fields(plan);  // a structure failure comes first
       throw;
     }
-    const Waits waits = check_orders_and_waits(plan, coverage);
+    const Waits waits = check_orders_and_waits(plan, coverage, &arena);
     report.min_coresident_ctas = waits.largest_wave;
     report.waits_only_backward = waits.only_backward;
     if (num_ctas < report.min_coresident_ctas)

@@ -5,6 +5,7 @@
 #include "dash/varlen.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -194,6 +195,51 @@ namespace {
                             std::to_string(s.seqlen_k) + "): " + message_of(e));
 }
 
+// The distinct sequence shapes of a pack seen so far, each with its template index: open addressing over a list of
+// the shapes, a few pages where a hash map's node per shape cost an allocation each (800 in a pack of 800 lengths).
+class ShapeIndex {
+ public:
+  explicit ShapeIndex(size_t sequences)
+      : table_(std::bit_ceil(std::max<size_t>(2 * sequences, 16)), kFree),
+        shift_(64 - std::countr_zero(table_.size())) {
+    shapes_.reserve(sequences);
+  }
+
+  // The template index of `shape`, or nullptr if it has none yet.
+  const int32_t* find(uint64_t shape) const {
+    for (size_t at = home(shape);; at = next(at)) {
+      if (table_[at] == kFree) return nullptr;
+      if (shapes_[size_t(table_[at])].shape == shape) return &shapes_[size_t(table_[at])].index;
+    }
+  }
+
+  // Records a shape find() did not hold.
+  void add(uint64_t shape, int32_t index) {
+    size_t at = home(shape);
+    while (table_[at] != kFree) at = next(at);
+    table_[at] = int32_t(shapes_.size());
+    shapes_.push_back({shape, index});
+  }
+
+  static uint64_t shape_of(const dash_pack_sequence& s) {
+    return uint64_t(uint32_t(s.seqlen_q)) << 32 | uint32_t(s.seqlen_k);
+  }
+
+ private:
+  static constexpr int32_t kFree = -1;
+  struct Shape {
+    uint64_t shape;
+    int32_t index;
+  };
+  // The shape's bits mixed into the high ones, which place it (lengths differ in their low bits).
+  size_t home(uint64_t shape) const { return size_t((shape * 0x9E3779B97F4A7C15ull) >> shift_); }
+  size_t next(size_t at) const { return (at + 1) & (table_.size() - 1); }
+
+  std::vector<int32_t> table_;  // positions in shapes_ (kFree: none); at most half full
+  int shift_;
+  std::vector<Shape> shapes_;
+};
+
 // The distinct templates of a pack. Each distinct (seqlen_q, seqlen_k) gets plan_for's outcome for its batch-1
 // problem, and shapes whose plans share a unit template (the same tile geometry, TemplateKey) share its index. Shapes
 // of one resolution class (plan_internal.hpp: auto's table row and the tile geometry) get the same outcome but for
@@ -205,31 +251,52 @@ class TemplateTable {
   TemplateTable(const Pack& pack, const Schedule& schedule, int32_t num_ctas, GqaMode gqa_mode, TileShape tiles,
                 std::vector<BoundPlan>& templates)
       : pack_(pack), schedule_(schedule), num_ctas_(num_ctas), gqa_mode_(gqa_mode), tiles_(tiles),
-        templates_(templates) {
-    by_shape_.reserve(pack.sequences.size());
-  }
+        templates_(templates), by_shape_(pack.sequences.size()),
+        base_(request_for(with_lengths(pack.problem, pack.problem.seqlen_q, pack.problem.seqlen_k))),
+        classifier_(base_, pack.problem.seqlen_q, pack.problem.seqlen_k) {}  // the longest lengths of the pack
 
   int32_t index_of(const dash_pack_sequence& s) {
-    const uint64_t shape = uint64_t(uint32_t(s.seqlen_q)) << 32 | uint32_t(s.seqlen_k);
-    if (auto it = by_shape_.find(shape); it != by_shape_.end()) return it->second;
-    const PlanRequest request{sequence_problem(pack_, s), schedule_, num_ctas_, tiles_, gqa_mode_, nullptr};
-    try {
-      const std::optional<detail::ResolutionClass> resolution = detail::resolution_class(request);
-      if (resolution) {
-        if (auto it = by_class_.find(*resolution); it != by_class_.end()) return by_shape_[shape] = it->second;
-      }
-      const int32_t index = add(plan_for(request));
-      if (resolution) by_class_.emplace(*resolution, index);
-      return by_shape_[shape] = index;
-    } catch (const Error& e) {
-      rethrow_for_sequence(e, s);
-    }
+    const uint64_t shape = ShapeIndex::shape_of(s);
+    if (const int32_t* index = by_shape_.find(shape)) return *index;
+    const int32_t index = new_shape_index(s);
+    by_shape_.add(shape, index);
+    return index;
   }
 
   // The notes of the distinct shapes' plans (auto's choices, generalisations), once each.
   const std::string& note() const { return note_; }
 
  private:
+  PlanRequest request_for(const Problem& problem) const {
+    return PlanRequest{problem, schedule_, num_ctas_, tiles_, gqa_mode_, nullptr};
+  }
+
+  // The index of a shape not seen before: its class's, else plan_for's.
+  int32_t new_shape_index(const dash_pack_sequence& s) {
+    PlanRequest request = base_;  // sequence_problem's, from a copy (a Problem returned and copied in stalled)
+    request.problem.seqlen_q = s.seqlen_q;
+    request.problem.seqlen_k = s.seqlen_k;
+    try {
+      const std::optional<detail::ResolutionClass> resolution = classifier_.classify(request);
+      if (resolution) {
+        // Shapes in processing order mostly share the last one's class: one comparison, no hash look-up.
+        if (last_class_ && *last_class_ == *resolution) return last_index_;
+        if (auto it = by_class_.find(*resolution); it != by_class_.end()) return remember(*resolution, it->second);
+      }
+      const int32_t index = add(plan_for(request));
+      if (resolution) by_class_.emplace(*resolution, index);
+      return resolution ? remember(*resolution, index) : index;
+    } catch (const Error& e) {
+      rethrow_for_sequence(e, s);
+    }
+  }
+
+  int32_t remember(const detail::ResolutionClass& resolution, int32_t index) {
+    last_class_ = resolution;
+    last_index_ = index;
+    return index;
+  }
+
   // The index of `bound`'s unit template, listed if new; its note noted.
   int32_t add(BoundPlan bound) {
     if (!bound.note.empty() && seen_notes_.insert(bound.note).second)
@@ -253,8 +320,12 @@ class TemplateTable {
   GqaMode gqa_mode_;
   TileShape tiles_;
   std::vector<BoundPlan>& templates_;
-  std::unordered_map<uint64_t, int32_t> by_shape_;  // (seqlen_q, seqlen_k) -> index
+  ShapeIndex by_shape_;
+  const PlanRequest base_;  // a sequence's request but for its lengths
+  detail::ResolutionClassifier classifier_;
   std::unordered_map<detail::ResolutionClass, int32_t, detail::ResolutionClassHash> by_class_;
+  std::optional<detail::ResolutionClass> last_class_;  // the class new_shape_index saw last, and its index
+  int32_t last_index_ = -1;
   std::unordered_map<const UnitTemplate*, int32_t> by_unit_;
   std::unordered_set<std::string> seen_notes_;
   std::string note_;

@@ -3,8 +3,10 @@
 // a geometry (geometry_representative, the lengths of a unit template's key).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <utility>
@@ -12,6 +14,7 @@
 
 #include "dash/attention_mask.hpp"
 #include "dash/geometry.hpp"
+#include "planner_internal.hpp"  // dash::detail::geometry_class
 #include "test_problems.hpp"
 
 namespace {
@@ -262,4 +265,97 @@ TEST(GeometryRepresentative, CollapsesSelfAttentionLengthsToTheirGeometries) {
   }
   EXPECT_LE(representatives.size(), 64u);
   for (const auto& [geometry, reps] : representatives) EXPECT_EQ(reps.size(), 1u);
+}
+
+TEST(GeometryRepresentative, EveryMemberOfAClassHasItsClass) {
+  // geometry_class's box: every pair of lengths it holds has the same class (box and representative), which is what
+  // lets plan_for_pack take a shape's representative from the last shape's class. Each pair up to 200 (90 at small
+  // tiles) is compared with the class of the pair before it in both orders, and with a few far members of its own.
+  const std::vector<MaskCase> masks = {{dash::Mask::Full, -1, -1},  {dash::Mask::Causal, -1, -1},
+                                       {dash::Mask::Window, 37, 5}, {dash::Mask::Window, -1, 0},
+                                       {dash::Mask::Window, 100, -1}, {dash::Mask::Window, 0, 0},
+                                       {dash::Mask::Window, 130, 70}};
+  const std::vector<dash::TileShape> tiles = {{64, 128}, {128, 128}, {80, 128}, {16, 24}, {24, 16}};
+  const auto same = [](const dash::detail::GeometryClass& a, const dash::detail::GeometryClass& b) {
+    return a.q_lo == b.q_lo && a.q_hi == b.q_hi && a.k_lo == b.k_lo && a.k_hi == b.k_hi &&
+           a.offset_lo == b.offset_lo && a.offset_hi == b.offset_hi && a.representative_q == b.representative_q &&
+           a.representative_k == b.representative_k;
+  };
+  std::mt19937 rng(7);
+  int64_t held = 0;
+  for (const dash::TileShape t : tiles) {
+    const int longest = t.block_m < 64 ? 90 : 200;
+    for (const MaskCase& m : masks) {
+      for (bool by_rows : {true, false}) {
+        std::optional<dash::detail::GeometryClass> last;
+        for (int i = 1; i <= longest; ++i)
+          for (int j = 1; j <= longest; ++j) {
+            const dash::Problem p = by_rows ? m.problem(i, j) : m.problem(j, i);
+            const std::optional<dash::detail::GeometryClass> c = dash::detail::geometry_class(p, t);
+            ASSERT_TRUE(c.has_value()) << p.describe();
+            ASSERT_TRUE(c->contains(p.seqlen_q, p.seqlen_k)) << p.describe();
+            const dash::Problem r = dash::geometry_representative(p, t);
+            ASSERT_EQ(r.seqlen_q, c->representative_q) << p.describe();
+            ASSERT_EQ(r.seqlen_k, c->representative_k) << p.describe();
+            if (last && last->contains(p.seqlen_q, p.seqlen_k)) {
+              ASSERT_TRUE(same(*last, *c)) << p.describe() << ", tiles " << t.block_m << "x" << t.block_n;
+              ++held;
+            }
+            last = c;
+            // Members anywhere in the box (the box may reach far past the lengths checked here).
+            for (int k = 0; k < 2; ++k) {
+              const int64_t q_hi = std::min<int64_t>(c->q_hi, 100000), k_hi = std::min<int64_t>(c->k_hi, 100000);
+              const int64_t q = std::uniform_int_distribution<int64_t>(c->q_lo, q_hi)(rng);
+              const int64_t kk = std::clamp<int64_t>(q + std::uniform_int_distribution<int64_t>(
+                                                             std::max<int64_t>(c->offset_lo, -100000),
+                                                             std::min<int64_t>(c->offset_hi, 100000))(rng),
+                                                     c->k_lo, k_hi);
+              if (!c->contains(q, kk)) continue;
+              const std::optional<dash::detail::GeometryClass> member =
+                  dash::detail::geometry_class(m.problem(int(q), int(kk)), t);
+              ASSERT_TRUE(member.has_value());
+              ASSERT_TRUE(same(*member, *c)) << p.describe() << " and its member " << q << " x " << kk;
+              ++held;
+            }
+          }
+      }
+    }
+  }
+  EXPECT_GT(held, 500000);
+}
+
+TEST(Geometry, KvTileRowsInOneSweepMatchThoseOfEachTile) {
+  // KvTileGeometry::all_rows (the planners' and the validator's, one sweep over the grid) against rows() of each KV
+  // tile (q_tile_range's bisection and the kinds at its ends), over every pair of lengths up to 150 (60 at small
+  // tiles), each mask and windows narrower and wider than the sequences.
+  const std::vector<MaskCase> masks = {{dash::Mask::Full, -1, -1},  {dash::Mask::Causal, -1, -1},
+                                       {dash::Mask::Window, 37, 5}, {dash::Mask::Window, -1, 0},
+                                       {dash::Mask::Window, 100, -1}, {dash::Mask::Window, 0, 0},
+                                       {dash::Mask::Window, 130, 70}};
+  const std::vector<dash::TileShape> tiles = {{64, 128}, {128, 128}, {80, 128}, {16, 24}, {24, 16}, {1, 1}};
+  int64_t checked = 0;
+  for (const dash::TileShape t : tiles) {
+    const int longest = t.block_m < 64 ? 60 : 150;
+    for (const MaskCase& m : masks)
+      for (int sq = 1; sq <= longest; ++sq)
+        for (int sk = 1; sk <= longest; ++sk) {
+          const dash::Problem p = m.problem(sq, sk);
+          const dash::TileGrid grid(p, t);
+          const dash::detail::KvTileGeometry geometry(p, grid);
+          const std::pmr::vector<dash::detail::KvTileRows> all = geometry.all_rows();
+          ASSERT_EQ(all.size(), size_t(grid.num_kv_tiles()));
+          for (int32_t kv = 0; kv < grid.num_kv_tiles(); ++kv) {
+            const dash::detail::KvTileRows one = geometry.rows(kv);
+            const auto [first, end] = dash::detail::q_tile_range(p, grid, kv);
+            ASSERT_EQ(all[size_t(kv)].q_begin, one.q_begin) << p.describe() << ", KV tile " << kv;
+            ASSERT_EQ(all[size_t(kv)].q_end, one.q_end) << p.describe() << ", KV tile " << kv;
+            ASSERT_EQ(all[size_t(kv)].full_begin, one.full_begin) << p.describe() << ", KV tile " << kv;
+            ASSERT_EQ(all[size_t(kv)].full_end, one.full_end) << p.describe() << ", KV tile " << kv;
+            ASSERT_EQ(one.q_begin, first);
+            ASSERT_EQ(one.q_end, end);
+            ++checked;
+          }
+        }
+  }
+  EXPECT_GT(checked, 1000000);
 }

@@ -7,9 +7,11 @@
 // resolves the candidates for none of them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <list>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -277,6 +279,65 @@ TEST(PlanForMemo, LruMemoKeepsTheMostRecentlyUsed) {
   EXPECT_EQ(memo.size(), 0u);
 }
 
+TEST(PlanForMemo, LruMemoMatchesAListModel) {
+  // The flat memo against the list it replaced: random keys over a small range, so that entries are found, replaced
+  // and evicted often, across the index's growth and its deletions.
+  for (size_t capacity : {1u, 3u, 50u, 700u}) {
+    dash::detail::LruMemo<int, int, std::hash<int>> memo(capacity);
+    std::list<std::pair<int, int>> model;  // most recently used first
+    const auto in_model = [&](int key) {
+      return std::find_if(model.begin(), model.end(), [&](const auto& e) { return e.first == key; });
+    };
+    std::mt19937 rng(static_cast<uint32_t>(capacity));
+    std::uniform_int_distribution<int> key_of(0, int(3 * capacity));
+    for (int step = 0; step < 20000; ++step) {
+      const int key = key_of(rng);
+      const auto it = in_model(key);
+      switch (step % 3) {
+        case 0: {
+          int got = -1;
+          ASSERT_EQ(memo.find(key, &got), it != model.end()) << "capacity " << capacity << ", step " << step;
+          if (it != model.end()) {
+            ASSERT_EQ(got, it->second);
+            model.splice(model.begin(), model, it);
+          }
+          break;
+        }
+        case 1: {
+          memo.insert(key, step);
+          if (it != model.end()) model.erase(it);
+          model.emplace_front(key, step);
+          if (model.size() > capacity) model.pop_back();
+          break;
+        }
+        default: {
+          bool found = false;
+          const int got = memo.find_or_insert(key, [&] { return -step; }, &found);
+          ASSERT_EQ(found, it != model.end());
+          if (it != model.end()) {
+            ASSERT_EQ(got, it->second);
+            model.splice(model.begin(), model, it);
+          } else {
+            ASSERT_EQ(got, -step);
+            model.emplace_front(key, -step);
+            if (model.size() > capacity) model.pop_back();
+          }
+        }
+      }
+      ASSERT_EQ(memo.size(), model.size());
+    }
+    for (const auto& [key, value] : model) {  // and every entry the model holds, the memo holds
+      int got = -1;
+      ASSERT_TRUE(memo.find(key, &got));
+      ASSERT_EQ(got, value);
+    }
+    memo.clear();
+    EXPECT_EQ(memo.size(), 0u);
+    int got = 0;
+    EXPECT_FALSE(memo.find(model.front().first, &got));
+  }
+}
+
 // ---- unit templates shared across lengths (TemplateKey's representative lengths) ----
 
 // The unit template of `p`'s exact lengths, as the template cache would build it: built, validated, its wave recorded.
@@ -399,6 +460,65 @@ TEST(PlanForMemo, RequestsOfOneResolutionClassGetOnePlan) {
   }
   EXPECT_GT(compared, 20000);
   EXPECT_LT(classes * 5, compared) << "lengths should fall into a few classes";
+}
+
+TEST(PlanForMemo, TheClassifierAgreesWithResolutionClass) {
+  // ResolutionClassifier (plan_for_pack's) against resolution_class, request by request: the same class, or the same
+  // error. Lengths in the order of a pack's shapes (longest first) and mixed, up to lengths past the plan format's
+  // limits (where each request is checked), over schedules, GQA modes, masks and a P of 2.
+  struct Base {
+    const char* schedule;
+    GqaMode mode;
+    int32_t num_ctas;
+    int32_t heads_q, heads_kv;
+    int mask;  // 0 full, 1 causal, 2 window
+  };
+  const std::vector<Base> bases = {
+      {"auto", GqaMode::Auto, 132, 32, 8, 1},          {"auto", GqaMode::Auto, 2, 32, 8, 1},
+      {"auto", GqaMode::PackGroup, 132, 32, 8, 0},     {"descending", GqaMode::SplitHeads, 132, 8, 8, 2},
+      {"shift", GqaMode::Auto, 132, 4, 1, 1},          {"auto-fastest", GqaMode::Auto, 132, 4, 4, 1},
+      {"symmetric-shift", GqaMode::PackGroup, 132, 64, 1, 1}};
+  std::vector<std::pair<int32_t, int32_t>> lengths;
+  for (int32_t s = 3000; s >= 1; s -= 7) lengths.push_back({s, s});
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> length(1, 5000);
+  for (int i = 0; i < 400; ++i) lengths.push_back({length(rng), length(rng)});
+  const auto outcome = [](auto&& classify) {
+    try {
+      const std::optional<dash::detail::ResolutionClass> c = classify();
+      return c ? std::to_string(c->row) + " " + std::to_string(c->seqlen_q) + " " + std::to_string(c->seqlen_k)
+               : std::string("no class");
+    } catch (const dash::Error& e) {
+      return e.argument() + " | " + e.what();
+    }
+  };
+  int64_t compared = 0, errors = 0;
+  for (const Base& b : bases)
+    for (int32_t longest : {0, 1 << 22}) {  // 0: the lengths' own longest; else a longest past the limits
+      std::vector<std::pair<int32_t, int32_t>> these = lengths;
+      if (longest) these.push_back({longest, longest});
+      int32_t longest_q = 0, longest_k = 0;
+      for (const auto& [q, k] : these) {
+        longest_q = std::max(longest_q, q);
+        longest_k = std::max(longest_k, k);
+      }
+      dash::Problem p = make_problem(1, 1, b.mask == 0 ? Mask::Full : Mask::Causal, b.heads_q, b.heads_kv, 1, 128);
+      if (b.mask == 2) p = windowed(p, 300, 0);
+      const dash::PlanRequest base{p, dash::Schedule::parse(b.schedule), b.num_ctas, {}, b.mode, nullptr};
+      dash::detail::ResolutionClassifier classifier(base, longest_q, longest_k);
+      for (const auto& [q, k] : these) {
+        dash::PlanRequest req = base;
+        req.problem.seqlen_q = q;
+        req.problem.seqlen_k = k;
+        const std::string want = outcome([&] { return dash::detail::resolution_class(req); });
+        ASSERT_EQ(outcome([&] { return classifier.classify(req); }), want)
+            << b.schedule << ", " << q << " x " << k << ", longest " << longest_q << " x " << longest_k;
+        errors += want.find(" | ") != std::string::npos;
+        ++compared;
+      }
+    }
+  EXPECT_GT(compared, 10000);
+  EXPECT_GT(errors, 0) << "some requests should exceed the plan format's limits";
 }
 
 TEST(PlanForMemo, AResolutionClassIsNotFormedWhereTheOutcomeReadsTheLengths) {

@@ -90,7 +90,7 @@ TEST(VarlenPack, ErrorsNameTheArgument) {
   bad.heads_kv = 3;
   EXPECT_EQ(error_argument(build(bad, good.data(), good.data())), "problem.heads_kv");
   bad = p;
-  bad.head_dim = 96;  // not a kernel head dim
+  bad.head_dim = 80;  // not a kernel head dim
   EXPECT_EQ(error_argument(build(bad, good.data(), good.data())), "problem.head_dim");
   bad = p;
   bad.window_left = 4;  // window sizes without the window mask
@@ -925,7 +925,7 @@ TEST(VarlenCapi, ErrorsNameTheArgument) {
   EXPECT_EQ(dash_pack_create(&given, cu.data(), decreasing.data(), &pack), DASH_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(starts_with("cu_seqlens_k[2]: 4 is less than cu_seqlens_k[1] = 8"));
   dash_problem odd_dim = given;
-  odd_dim.head_dim = 96;
+  odd_dim.head_dim = 80;
   EXPECT_EQ(dash_pack_create(&odd_dim, cu.data(), cu.data(), &pack), DASH_ERROR_UNSUPPORTED);
   EXPECT_TRUE(starts_with("problem.head_dim"));
   dash_problem no_sequences = given;

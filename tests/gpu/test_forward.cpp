@@ -502,7 +502,7 @@ TEST(ForwardArguments, UnsupportedHeadDimListsSupported) {
   EXPECT_EQ(dims[0], 64);
   EXPECT_EQ(dims[1], 96);
   EXPECT_EQ(dims[2], 128);
-  EXPECT_EQ(dims[2], 0);
+  EXPECT_EQ(dims[3], 0);  // the list's terminator
 }
 
 TEST(ForwardArguments, MaskKinds) {
