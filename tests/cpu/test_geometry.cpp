@@ -210,15 +210,21 @@ std::vector<int> tile_geometry(const dash::Problem& p, dash::TileShape t) {
   return g;
 }
 
+// The masks the geometry sweeps run: each kind, and windows narrower than the sequences, wider, and of one side.
+const std::vector<MaskCase>& sweep_masks() {
+  static const std::vector<MaskCase> masks = {{dash::Mask::Full, -1, -1},  {dash::Mask::Causal, -1, -1},
+                                              {dash::Mask::Window, 37, 5}, {dash::Mask::Window, -1, 0},
+                                              {dash::Mask::Window, 100, -1}, {dash::Mask::Window, 0, 0},
+                                              {dash::Mask::Window, 130, 70}};
+  return masks;
+}
+
 } // namespace
 
 TEST(GeometryRepresentative, KeepsTheTileCountsAndEveryBlockKind) {
   // Every pair of lengths up to 200 (90 at the small tiles, whose grids have more tiles): the kernels' tiles, tiles
   // where neither side divides the other, each mask, and windows narrower than the sequences, wider, and of one side.
-  const std::vector<MaskCase> masks = {{dash::Mask::Full, -1, -1},  {dash::Mask::Causal, -1, -1},
-                                       {dash::Mask::Window, 37, 5}, {dash::Mask::Window, -1, 0},
-                                       {dash::Mask::Window, 100, -1}, {dash::Mask::Window, 0, 0},
-                                       {dash::Mask::Window, 130, 70}};
+  const std::vector<MaskCase>& masks = sweep_masks();
   const std::vector<dash::TileShape> tiles = {{64, 128}, {128, 128}, {80, 128}, {16, 24}, {24, 16}};
   int64_t checked = 0;
   for (const dash::TileShape t : tiles) {
@@ -271,10 +277,7 @@ TEST(GeometryRepresentative, EveryMemberOfAClassHasItsClass) {
   // geometry_class's box: every pair of lengths it holds has the same class (box and representative), which is what
   // lets plan_for_pack take a shape's representative from the last shape's class. Each pair up to 200 (90 at small
   // tiles) is compared with the class of the pair before it in both orders, and with a few far members of its own.
-  const std::vector<MaskCase> masks = {{dash::Mask::Full, -1, -1},  {dash::Mask::Causal, -1, -1},
-                                       {dash::Mask::Window, 37, 5}, {dash::Mask::Window, -1, 0},
-                                       {dash::Mask::Window, 100, -1}, {dash::Mask::Window, 0, 0},
-                                       {dash::Mask::Window, 130, 70}};
+  const std::vector<MaskCase>& masks = sweep_masks();
   const std::vector<dash::TileShape> tiles = {{64, 128}, {128, 128}, {80, 128}, {16, 24}, {24, 16}};
   const auto same = [](const dash::detail::GeometryClass& a, const dash::detail::GeometryClass& b) {
     return a.q_lo == b.q_lo && a.q_hi == b.q_hi && a.k_lo == b.k_lo && a.k_hi == b.k_hi &&
@@ -328,10 +331,7 @@ TEST(Geometry, KvTileRowsInOneSweepMatchThoseOfEachTile) {
   // KvTileGeometry::all_rows (the planners' and the validator's, one sweep over the grid) against rows() of each KV
   // tile (q_tile_range's bisection and the kinds at its ends), over every pair of lengths up to 150 (60 at small
   // tiles), each mask and windows narrower and wider than the sequences.
-  const std::vector<MaskCase> masks = {{dash::Mask::Full, -1, -1},  {dash::Mask::Causal, -1, -1},
-                                       {dash::Mask::Window, 37, 5}, {dash::Mask::Window, -1, 0},
-                                       {dash::Mask::Window, 100, -1}, {dash::Mask::Window, 0, 0},
-                                       {dash::Mask::Window, 130, 70}};
+  const std::vector<MaskCase>& masks = sweep_masks();
   const std::vector<dash::TileShape> tiles = {{64, 128}, {128, 128}, {80, 128}, {16, 24}, {24, 16}, {1, 1}};
   int64_t checked = 0;
   for (const dash::TileShape t : tiles) {

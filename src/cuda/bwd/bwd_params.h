@@ -25,8 +25,8 @@ struct BwdTiles {
   static constexpr int kBlockN = kRow.bwd_block_n;  // key rows per KV tile
 };
 
-// One unit template of a varlen plan as the kernels read it (pointers into its device blob). A fixed-length plan has
-// one template, whose fields BwdParams holds directly.
+// One unit template as the kernels read it (pointers into a plan's device blob): a fixed-length plan has one
+// (BwdParams::fixed), a varlen pack one per distinct sequence shape (BwdParams::templates).
 struct BwdTemplate {
   const dash_item* items;
   const dash_segment* segments;
@@ -36,7 +36,7 @@ struct BwdTemplate {
   int32_t items_per_unit;
   int32_t gqa_mode;   // dash_gqa_mode
   int32_t split_dkv;  // SPLIT_HEADS with group_size > 1
-  int32_t num_q_tiles;
+  int32_t num_q_tiles;  // of the template's sequence shape
 };
 
 // Everything the three backward kernels (preprocess, main, convert) read. Pointers to the plan tables
@@ -51,21 +51,15 @@ struct BwdParams {
   float softmax_scale;
   float scale_log2;  // softmax_scale * log2(e)
 
-  // Plan (device copy of the blob).
-  const dash_item* items;
-  const dash_segment* segments;
-  const dash_visit* visits;
-  const uint16_t* dq_count;
-  const uint8_t* group_head_by_rank;
-  int32_t items_per_unit;
+  // Plan (device copy of the blob): a fixed-length plan's one unit template (varlen: `templates` below instead).
+  BwdTemplate fixed;
   int32_t num_tickets;
-  int32_t gqa_mode;     // dash_gqa_mode
   int32_t plan_flags;   // dash_plan_flags
   int32_t num_q_tiles, num_kv_tiles;
 
   // Modes.
   int32_t deterministic;  // 1: ordered dQ (and dK/dV) adds; 0: unordered atomic adds
-  int32_t split_dkv;      // SPLIT_HEADS with group_size > 1: dK/dV go through fp32 accumulators
+  int32_t split_dkv;      // some unit's dK/dV go through the fp32 accumulators (the workspace has them; convert adds)
 
   // Workspace (bwd_workspace_layout).
   int32_t* ticket_counter;
@@ -84,7 +78,8 @@ struct BwdParams {
 
   // Varlen (dash/plan_format.h, "varlen"); sequences == nullptr for fixed-length batches. Then batch = 1 and every
   // per-tile array above is indexed by GLOBAL tiles: num_q_tiles / num_kv_tiles are the pack's totals, a sequence's
-  // tile t is global tile q_tile_begin + t (kv_tile_begin + t), and its unit template is templates[template_index].
+  // tile t is global tile q_tile_begin + t (kv_tile_begin + t), and its unit template is templates[template_index]
+  // (`fixed` is unused).
   // The tensors are packed (rows counted from the sequence's q_row / k_row) and lse is [heads_q, total_q].
   const dash_pack_sequence* sequences;
   const BwdTemplate* templates;

@@ -52,19 +52,22 @@ BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t d
     params.total_q = varlen->total_q;
   } else {
     const uint8_t* blob = static_cast<const uint8_t*>(plan.device_template->device_blob);
-    params.items = reinterpret_cast<const dash_item*>(blob + h.items_offset);
-    params.segments = reinterpret_cast<const dash_segment*>(blob + h.segments_offset);
-    params.visits = reinterpret_cast<const dash_visit*>(blob + h.visits_offset);
-    params.dq_count = reinterpret_cast<const uint16_t*>(blob + h.dq_count_offset);
-    params.group_head_by_rank = blob + h.group_head_by_rank_offset;
+    params.fixed = BwdTemplate{reinterpret_cast<const dash_item*>(blob + h.items_offset),
+                               reinterpret_cast<const dash_segment*>(blob + h.segments_offset),
+                               reinterpret_cast<const dash_visit*>(blob + h.visits_offset),
+                               reinterpret_cast<const uint16_t*>(blob + h.dq_count_offset),
+                               blob + h.group_head_by_rank_offset,
+                               h.items_per_unit,
+                               h.gqa_mode,
+                               (h.gqa_mode == DASH_GQA_SPLIT_HEADS && h.group_size > 1) ? 1 : 0,
+                               h.num_q_tiles};
   }
-  params.items_per_unit = h.items_per_unit;
   params.num_tickets = int32_t(int64_t(h.num_units) * h.items_per_unit);
-  params.gqa_mode = h.gqa_mode;
   params.plan_flags = int32_t(h.flags);
   params.num_q_tiles = h.num_q_tiles;
   params.num_kv_tiles = h.num_kv_tiles;
   params.deterministic = deterministic;
+  // A varlen header's GQA mode says whether any of its templates splits (plan_handle.cpp).
   params.split_dkv = (h.gqa_mode == DASH_GQA_SPLIT_HEADS && h.group_size > 1) ? 1 : 0;
   params.ticket_counter = reinterpret_cast<int32_t*>(ws + w.ticket);
   params.dq_counters = reinterpret_cast<int32_t*>(ws + w.dq_counters);

@@ -62,13 +62,7 @@ struct PlanScheduler {
     if (ticket >= p.num_tickets) return false;
     work.ticket = ticket;
     if (p.sequences == nullptr) {
-      work.item = p.items[ticket % p.items_per_unit];
-      work.unit = dash_unit_coords_from(p.gqa_mode, p.heads_q, p.heads_kv, p.group_size, p.group_head_by_rank,
-                                        ticket / p.items_per_unit);
-      work.segments = p.segments;
-      work.visits = p.visits;
-      work.gqa_mode = p.gqa_mode;
-      work.split_dkv = p.split_dkv;
+      decode(p.fixed, ticket, work);
       work.seqlen_q = p.mask.seqlen_q;
       work.seqlen_k = p.mask.seqlen_k;
       work.q_row = work.k_row = work.q_tile_begin = work.kv_tile_begin = 0;
@@ -77,15 +71,7 @@ struct PlanScheduler {
     // Varlen: the sequence owning the ticket, then its template's item as for a batch-1 problem.
     const dash_pack_sequence& seq = p.sequences[pack_position<&dash_pack_sequence::ticket_begin>(
         p.sequences, p.ticket_chunks, p.num_sequences, ticket)];
-    const kernels::bwd::BwdTemplate& t = p.templates[seq.template_index];
-    const int local = ticket - seq.ticket_begin;
-    work.item = t.items[local % t.items_per_unit];
-    work.unit = dash_unit_coords_from(t.gqa_mode, p.heads_q, p.heads_kv, p.group_size, t.group_head_by_rank,
-                                      local / t.items_per_unit);
-    work.segments = t.segments;
-    work.visits = t.visits;
-    work.gqa_mode = t.gqa_mode;
-    work.split_dkv = t.split_dkv;
+    decode(p.templates[seq.template_index], ticket - seq.ticket_begin, work);
     work.seqlen_q = seq.seqlen_q;
     work.seqlen_k = seq.seqlen_k;
     work.q_row = seq.q_row;
@@ -93,6 +79,17 @@ struct PlanScheduler {
     work.q_tile_begin = seq.q_tile_begin;
     work.kv_tile_begin = seq.kv_tile_begin;
     return true;
+  }
+
+  // Ticket `local` of template t (counted from the template's first): its item and its unit's coordinates.
+  __device__ __forceinline__ void decode(const kernels::bwd::BwdTemplate& t, int local, TicketWork& work) const {
+    work.item = t.items[local % t.items_per_unit];
+    work.unit = dash_unit_coords_from(t.gqa_mode, p.heads_q, p.heads_kv, p.group_size, t.group_head_by_rank,
+                                      local / t.items_per_unit);
+    work.segments = t.segments;
+    work.visits = t.visits;
+    work.gqa_mode = t.gqa_mode;
+    work.split_dkv = t.split_dkv;
   }
 
   // The item's i-th segment (a KV tile) and a segment's i-th visit (a Q tile), in the plan's order. A visit's

@@ -141,8 +141,10 @@ __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
     if (at.local >= at.length) return;
     const int b = bh / p.heads_q, h = bh % p.heads_q;
     const int q_tile = at.local / kBlockM;  // the sequence's own tile: its template's dq_count entry
-    const uint16_t* dq_count = p.dq_count;
-    int gqa_mode = p.gqa_mode, num_q_tiles = p.num_q_tiles;
+    // The unit template of the row's sequence (fields copied: the address of a kernel parameter would copy all of
+    // `p` to local memory).
+    const uint16_t* dq_count = p.fixed.dq_count;
+    int gqa_mode = p.fixed.gqa_mode, num_q_tiles = p.fixed.num_q_tiles;
     if (at.seq != nullptr) {
       // A sequence without keys has no template: its dQ is 0.
       dq_count = nullptr;
