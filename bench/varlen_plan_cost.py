@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from dash_attn import _abi
+from dash_attn._torch_ops import _num_ctas
 from record import git_commit, time_cuda  # bench/record.py, beside this file
 from varlen_bench import HEAD_DIM, HEADS_KV, HEADS_Q, packs
 
@@ -30,9 +31,10 @@ def plan_ms(lengths):
     """Host ms of one pack and its deterministic auto plan, as the torch op builds them for a new pack."""
     cu = [0] + list(np.cumsum(lengths))
     problem = _abi.make_problem(len(lengths), HEADS_Q, HEADS_KV, max(lengths), max(lengths), HEAD_DIM, True)
+    num_ctas = _num_ctas(torch.device("cuda", torch.cuda.current_device()), 0)  # the torch op's CTA count
     start = time.perf_counter()
     pack = _abi.Pack(problem, cu, cu)
-    _abi.varlen_device_plan(pack, "auto", torch.cuda.get_device_properties(0).multi_processor_count, _abi.DASH_GQA_AUTO)
+    _abi.varlen_device_plan(pack, "auto", num_ctas, _abi.DASH_GQA_AUTO)
     return (time.perf_counter() - start) * 1e3
 
 

@@ -71,7 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4, help="query heads")
     ap.add_argument("--kv-heads", type=int, default=2, help="key/value heads (GQA when fewer than --heads)")
-    ap.add_argument("--head-dim", type=int, default=64, help="dash_attn runs 64 and 128")
+    ap.add_argument("--head-dim", type=int, default=64,
+                    help="a head dim dash_attn has kernels for (dash_attn._abi.SUPPORTED_HEAD_DIMS)")
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate")
     ap.add_argument("--seed", type=int, default=0, help="initialisation and data")
@@ -108,8 +109,8 @@ def check_args(ap, args):
         ap.error("--device cuda: PyTorch sees no CUDA device (use --device cpu for the CPU backend)")
     if args.attn == "dash":
         import dash_attn
-        if args.head_dim not in (64, 128):
-            ap.error(f"--head-dim {args.head_dim}: dash_attn runs head dims 64 and 128")
+        if args.head_dim not in dash_attn._abi.SUPPORTED_HEAD_DIMS:
+            ap.error(f"--head-dim {args.head_dim}: dash_attn runs head dims {dash_attn._abi.SUPPORTED_HEAD_DIMS}")
         if args.schedule not in dash_attn.SCHEDULES:
             ap.error(f"--schedule {args.schedule!r} is unknown (expected one of {', '.join(dash_attn.SCHEDULES)})")
         if args.device == "cuda" and not dash_attn._abi.LIB.dash_cuda_available():

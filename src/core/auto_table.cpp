@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -107,9 +106,9 @@ Log2Bracket log2_bracket(int32_t n) {
 // fresh memory written on its first plan).
 std::atomic<const std::vector<Candidate>*> parsed_lists[kRows + 1];
 
-// The table's columns as positions into their distinct values, its rows in blocks of one (mask, head dim, group),
-// and every row's candidate list, parsed once when a problem first takes the row: a process takes a handful of the
-// rows, and parsing all of them (thousands of words) was most of a process's first plan_for.
+// The table's columns as positions into their distinct values and its rows in blocks of one (mask, head dim, group).
+// A row's candidate list is parsed once, when a problem first takes the row (parsed_lists): a process takes a handful
+// of the rows, and parsing all of them (thousands of words) was most of a process's first plan_for.
 struct TableIndex {
   static constexpr size_t kMaxDistinct = 64;       // per column, and blocks per mask: the table has 2, 4, 12 and 8
   std::vector<int32_t> head_dims, groups, lengths;  // distinct values; lengths serve seqlen_q and seqlen_k

@@ -3,6 +3,7 @@
 // threads that large templates are built and validated on, and how a table is split between them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory_resource>
@@ -15,6 +16,26 @@
 #include "dash/plan_format.h"
 
 namespace dash::detail {
+
+// Where a template's build and its validation keep their working lists: dozens of small lists whose allocations
+// cost as much as a small template's whole check. They come from one arena per call (a stack buffer, then the heap:
+// ListArena), except those that parts on other threads allocate, which come from the heap (an arena is not
+// thread-safe).
+using Memory = std::pmr::memory_resource*;
+template <class T>
+using List = std::pmr::vector<T>;
+// The memory for a part's lists: the call's arena where one part runs (on the caller's thread), else the heap.
+inline Memory part_memory(Memory arena, int parts) { return parts == 1 ? arena : std::pmr::new_delete_resource(); }
+// The call's arena: 8 KiB on the stack, then (a large template's lists) the heap, all freed on return.
+class ListArena {
+ public:
+  ListArena() : resource_(buffer_, sizeof buffer_) {}
+  Memory get() { return &resource_; }
+
+ private:
+  std::byte buffer_[8192];
+  std::pmr::monotonic_buffer_resource resource_;
+};
 
 // For tests and measurements: n >= 1 uses exactly n threads for every template, however small; 0 chooses.
 void set_planner_threads(int n);
@@ -74,6 +95,7 @@ struct GeometryClass {
     return q_lo <= seqlen_q && seqlen_q <= q_hi && k_lo <= seqlen_k && seqlen_k <= k_hi &&
            offset_lo <= seqlen_k - seqlen_q && seqlen_k - seqlen_q <= offset_hi;
   }
+  bool operator==(const GeometryClass&) const = default;
 };
 std::optional<GeometryClass> geometry_class(const Problem& problem, TileShape tiles);
 

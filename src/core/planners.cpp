@@ -23,7 +23,6 @@
 #include <string>
 #include <system_error>
 #include <thread>
-#include <tuple>
 #include <utility>
 
 #ifdef __linux__
@@ -205,14 +204,12 @@ int32_t first_position_of_part(std::span<const int32_t> lengths, int part, int p
 
 namespace {
 
-// Where a build keeps its working lists: the drafts (a few runs per segment, a few segments per item) and the
-// flattening's counters, dozens of small lists whose allocations cost as much as a small template's whole build (a
-// pack's templates are small). They come from one arena per build (build_unvalidated's), but for those that parts on
-// other threads allocate, which come from the heap (an arena is not thread-safe).
-using Memory = std::pmr::memory_resource*;
-template <class T>
-using List = std::pmr::vector<T>;
-Memory part_memory(Memory arena, int parts) { return parts == 1 ? arena : std::pmr::new_delete_resource(); }
+// The drafts (a few runs per segment, a few segments per item) and the flattening's counters are Lists in the
+// build's arena (planner_internal.hpp).
+using detail::List;
+using detail::ListArena;
+using detail::Memory;
+using detail::part_memory;
 
 // One KV tile's accumulator rows: every head of the unit against the Q tiles [q_begin, q_end) the tile sees
 // (contiguous for these masks, dash/geometry.hpp), in (head, Q tile) order. The Q tiles [full_begin, full_end)
@@ -831,11 +828,9 @@ Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles,
   const int32_t group = problem.group_size();
   const int32_t heads_per_unit = gqa_mode == GqaMode::PackGroup ? group : 1;
 
-  // The drafts' lists: from a buffer on the stack, then (a large template's) from the heap, all freed on return.
-  std::byte arena_buffer[8192];
-  std::pmr::monotonic_buffer_resource arena(arena_buffer, sizeof arena_buffer);
-  const auto rows = rows_by_kv_tile(problem, grid, heads_per_unit, &arena);
-  TemplateDraft draft(&arena);
+  ListArena arena;  // the drafts' lists
+  const auto rows = rows_by_kv_tile(problem, grid, heads_per_unit, arena.get());
+  TemplateDraft draft(arena.get());
   switch (planner) {
     case Planner::Ascending: draft = plan_ascending(rows); break;
     case Planner::Descending: draft = plan_descending(rows); break;
@@ -860,7 +855,7 @@ Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles,
   h.heads_per_unit = heads_per_unit;
   h.num_units = problem.batch * (gqa_mode == GqaMode::PackGroup ? problem.heads_kv : problem.heads_q);
   h.num_ctas = num_ctas;
-  flatten(draft, grid, heads_per_unit, plan, &arena);
+  flatten(draft, grid, heads_per_unit, plan, arena.get());
   h.items_per_unit = int32_t(plan.items.size());
   h.segments_per_unit = int32_t(plan.segments.size());
   h.visits_per_unit = int32_t(plan.visits.size());

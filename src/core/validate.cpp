@@ -8,7 +8,6 @@
 #include <optional>
 #include <span>
 #include <sstream>
-#include <tuple>
 #include <utility>
 
 #include "dash/plan.hpp"
@@ -27,14 +26,10 @@ struct Failure {
   std::string reason;
 };
 
-// Where the checks keep their lists: validate_plan's arena (a small plan's dozen lists, which allocated as much as
-// its checks cost), or the heap for those that parts on other threads allocate (an arena is not thread-safe).
-using Memory = std::pmr::memory_resource*;
-template <class T>
-using List = std::pmr::vector<T>;
-
-// The arena for a part's lists: validate_plan's where one part runs (on the caller's thread), else the heap.
-Memory part_memory(Memory arena, int parts) { return parts == 1 ? arena : std::pmr::new_delete_resource(); }
+// The checks keep their lists in validate_plan's arena (planner_internal.hpp: Memory, List, part_memory).
+using detail::List;
+using detail::Memory;
+using detail::part_memory;
 
 // The parts are taken by value: a loop variable passed by reference would be kept in memory all loop long.
 template <typename... Parts>
@@ -311,7 +306,7 @@ Waits waves(std::span<const int32_t> reach) {
 // each wait targets the item of the accumulator's previous visit in the walk. Returns each item's reach for (5), or
 // nothing if a visit breaks the order.
 // Consecutive visits of the walk lie an item apart in the table (equal items a power of two bytes apart, so that
-// they share a few cache sets): it reads the next kChunk visits of every item still running into one buffer.
+// they share a few cache sets): it reads the next visits (at most kChunk) of every item still running into one buffer.
 // With several threads, each walks a range of positions; the merge then checks that each part's ranks continue
 // the parts before it and finds the previous item of each accumulator's first visit in a part.
 namespace arrival {
@@ -538,22 +533,20 @@ Waits check_orders_and_waits(const Plan& plan, const Coverage& coverage, Memory 
 
 ValidationReport validate_plan(const Plan& plan, int32_t num_ctas) {
   ValidationReport report;
-  // The checks' lists (List): from a buffer on the stack, then (a large plan's) from the heap, all freed on return.
-  std::byte arena_buffer[8192];
-  std::pmr::monotonic_buffer_resource arena(arena_buffer, sizeof arena_buffer);
+  detail::ListArena arena;  // the checks' lists
   try {
     if (num_ctas < 1) fail("num_ctas must be >= 1");
     check_structure(plan);
     const Problem problem = Problem::from_c(plan.header.problem);
     const TileGrid grid(problem, {plan.header.block_m, plan.header.block_n});
-    Coverage coverage{List<int32_t>(&arena)};  // assigned from one of the same arena: moved, not copied
+    Coverage coverage{List<int32_t>(arena.get())};  // assigned from one of the same arena: moved, not copied
     try {
-      coverage = check_coverage(plan, problem, grid, &arena);
+      coverage = check_coverage(plan, problem, grid, arena.get());
     } catch (const Failure&) {
       check_visit_fields(plan);  // a structure failure comes first
       throw;
     }
-    const Waits waits = check_orders_and_waits(plan, coverage, &arena);
+    const Waits waits = check_orders_and_waits(plan, coverage, arena.get());
     report.min_coresident_ctas = waits.largest_wave;
     report.waits_only_backward = waits.only_backward;
     if (num_ctas < report.min_coresident_ctas)

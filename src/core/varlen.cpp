@@ -13,7 +13,6 @@
 #include <unordered_set>
 #include <utility>
 
-#include "dash/attention_mask.hpp"
 #include "dash/kernel_table.hpp"
 #include "plan_internal.hpp"  // resolution_class
 
@@ -273,7 +272,7 @@ class TemplateTable {
 
   // The index of a shape not seen before: its class's, else plan_for's.
   int32_t new_shape_index(const dash_pack_sequence& s) {
-    PlanRequest request = base_;  // sequence_problem's, from a copy (a Problem returned and copied in stalled)
+    PlanRequest request = base_;  // sequence_problem's request, with the lengths set in place (no Problem copies)
     request.problem.seqlen_q = s.seqlen_q;
     request.problem.seqlen_k = s.seqlen_k;
     try {

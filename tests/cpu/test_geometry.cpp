@@ -279,11 +279,6 @@ TEST(GeometryRepresentative, EveryMemberOfAClassHasItsClass) {
   // tiles) is compared with the class of the pair before it in both orders, and with a few far members of its own.
   const std::vector<MaskCase>& masks = sweep_masks();
   const std::vector<dash::TileShape> tiles = {{64, 128}, {128, 128}, {80, 128}, {16, 24}, {24, 16}};
-  const auto same = [](const dash::detail::GeometryClass& a, const dash::detail::GeometryClass& b) {
-    return a.q_lo == b.q_lo && a.q_hi == b.q_hi && a.k_lo == b.k_lo && a.k_hi == b.k_hi &&
-           a.offset_lo == b.offset_lo && a.offset_hi == b.offset_hi && a.representative_q == b.representative_q &&
-           a.representative_k == b.representative_k;
-  };
   std::mt19937 rng(7);
   int64_t held = 0;
   for (const dash::TileShape t : tiles) {
@@ -301,7 +296,7 @@ TEST(GeometryRepresentative, EveryMemberOfAClassHasItsClass) {
             ASSERT_EQ(r.seqlen_q, c->representative_q) << p.describe();
             ASSERT_EQ(r.seqlen_k, c->representative_k) << p.describe();
             if (last && last->contains(p.seqlen_q, p.seqlen_k)) {
-              ASSERT_TRUE(same(*last, *c)) << p.describe() << ", tiles " << t.block_m << "x" << t.block_n;
+              ASSERT_TRUE(*last == *c) << p.describe() << ", tiles " << t.block_m << "x" << t.block_n;
               ++held;
             }
             last = c;
@@ -317,7 +312,7 @@ TEST(GeometryRepresentative, EveryMemberOfAClassHasItsClass) {
               const std::optional<dash::detail::GeometryClass> member =
                   dash::detail::geometry_class(m.problem(int(q), int(kk)), t);
               ASSERT_TRUE(member.has_value());
-              ASSERT_TRUE(same(*member, *c)) << p.describe() << " and its member " << q << " x " << kk;
+              ASSERT_TRUE(*member == *c) << p.describe() << " and its member " << q << " x " << kk;
               ++held;
             }
           }

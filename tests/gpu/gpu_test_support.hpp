@@ -10,14 +10,15 @@
 
 #include <cuda_runtime_api.h>
 
-#include "dash/kernel_table.hpp"
+#include "dash/dash_attn.h"
 
 namespace dash::test {
 
-// The head dims the kernels are built for (one per row of dash/kernel_table.hpp): the suites sweep all of them.
+// The head dims the kernels are built for (the C ABI's list, one per row of dash/kernel_table.hpp): the suites
+// sweep all of them.
 inline std::vector<int> kernel_head_dims() {
   std::vector<int> dims;
-  for (const KernelTableRow& row : kKernelTable) dims.push_back(row.head_dim);
+  for (const int32_t* d = dash_supported_head_dims(); *d != 0; ++d) dims.push_back(*d);
   return dims;
 }
 

@@ -42,13 +42,6 @@ using dash::test::ForwardReference;
 
 // ---- device presence ----------------------------------------------------------------------------------------
 
-bool cuda_device_present() {
-  int count = 0;
-  bool const present = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-  cudaGetLastError();  // no device is not an error worth keeping
-  return present;
-}
-
 bool device_is_hopper() {
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
@@ -58,7 +51,7 @@ bool device_is_hopper() {
 
 #define SKIP_WITHOUT_HOPPER()                                                                       \
   do {                                                                                              \
-    if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device: GPU test skipped";                 \
+    if (!dash::test::have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped";              \
     if (!device_is_hopper()) GTEST_SKIP() << "not an sm_90 (Hopper) device: GPU test skipped";      \
   } while (0)
 

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include <cute/numeric/math.hpp>  // log_2
+
 #include "bwd/bwd_params.h"
 #include "hopper/bwd/bwd_plan_scheduler.cuh"
 #include "hopper/ptx.cuh"
@@ -40,9 +42,9 @@ struct DqStaging {
   static constexpr bool kPowerOfTwo = (kCols & (kCols - 1)) == 0;
   static constexpr int kBlockCols = kPowerOfTwo ? kCols : ((kCols / 2) & -(kCols / 2));
   static constexpr int kBlocks = kCols / kBlockCols;
-  static constexpr int kLog2BlockCols = kBlockCols == 128 ? 7 : kBlockCols == 64 ? 6 : kBlockCols == 32 ? 5 : 4;
+  static constexpr int kLog2BlockCols = cute::log_2(static_cast<unsigned>(kBlockCols));
   static constexpr int kSwizzleBits = kLog2BlockCols - 2 < 3 ? kLog2BlockCols - 2 : 3;  // log2 chunks, at most 3
-  static_assert((1 << kLog2BlockCols) == kBlockCols && kBlockCols <= 128, "column blocks of 16 to 128 floats");
+  static_assert(kBlockCols >= 16 && kBlockCols <= 128, "column blocks of 16 to 128 floats (4 to 8 swizzled chunks)");
   // Element offset of (row, col).
   __host__ __device__ __forceinline__ static int offset(int row, int col) {
     const int in_block = col % kBlockCols;

@@ -53,7 +53,7 @@ struct BwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 128, "the tilings below cover head dims 32k up to 128");
   // The plan's tiles (default_backward_tiles): the host refuses a plan with other tiles.
-  static constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;  // query rows per Q tile: 128 (D 64), 64 (D 128)
+  static constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;  // query rows per Q tile: 128 (D 64), 64 (D 96, 128)
   static constexpr int kBlockN = BwdTiles<kHeadDim>::kBlockN;  // keys per KV tile: 128
   static_assert(kBlockN == 128, "two MMA warpgroups of 64 keys each");
   static_assert(kBlockM == 64 || kBlockM == 128, "the dQ GEMM splits 128 rows or 128 columns between the warpgroups");
