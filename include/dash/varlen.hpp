@@ -62,9 +62,10 @@ struct VarlenPlan {
   std::string note;           // the notes of its shapes' plans (auto's choices, generalisations), once each
 };
 
-// One unit template per distinct sequence shape, each resolved by plan_for on the batch-1 problem of that shape with
-// `schedule`, `num_ctas` and `gqa_mode` (auto and DASH_GQA_AUTO decide per sequence, from its own shape); shapes
-// whose plans share a unit template (lengths of the same tile geometry, TemplateKey) share its index. Sequences
+// The unit templates of the pack's sequence shapes, each what plan_for gives the batch-1 problem of that shape with
+// `schedule`, `num_ctas` and `gqa_mode` (auto and DASH_GQA_AUTO decide per sequence, from its own shape). plan_for
+// runs once per resolution class (auto's table row and the tile geometry: shapes of one class get the same outcome),
+// and shapes whose plans share a unit template (TemplateKey) share its index. Sequences
 // with seqlen_q == 0 or seqlen_k == 0 get template_index -1 and no tickets (the kernels write their zero
 // gradients). Throws dash::Error naming the argument.
 VarlenPlan plan_for_pack(const Pack& pack, const Schedule& schedule, int32_t num_ctas, GqaMode gqa_mode);
