@@ -73,6 +73,10 @@ namespace detail {
 // TableAllocator's storage (src/core/table_memory.cpp): throws std::bad_alloc.
 void* allocate_table(size_t bytes);
 void free_table(void* table) noexcept;
+// Copies `bytes` from `source` to `destination` (not overlapping) on the threads that build large templates, in
+// parts of at least 256 KiB (src/core/planners.cpp). For the host copies of large tables (the CUDA layer's uploads),
+// which one thread does at a fraction of the host's memory bandwidth.
+void parallel_copy(void* destination, const void* source, size_t bytes);
 }  // namespace detail
 
 // The storage of the visit table, the one table that grows with the tile pairs (8 MB of a 128k-token causal unit):

@@ -6,6 +6,7 @@ as the GPU)."""
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import ctypes
 import math
 
@@ -168,20 +169,55 @@ class _FwdShape:
 
 class _BwdShape:
     """What a CUDA backward call of one (shape, schedule, device, margin) needs besides its tensors: the plan (its
-    unit template is cached in the library per sequence template) and the workspace size."""
+    unit template is cached in the library per sequence template) and the workspace size.
 
-    def __init__(self, q, k, causal, schedule, sm_margin, window):
+    in_background: the plan is built on the planning thread (a forward that will be differentiated asks for it, so
+    that a new shape's planning overlaps the rest of the step instead of delaying the backward); `plan` waits for it."""
+
+    def __init__(self, q, k, causal, schedule, sm_margin, window, in_background=False):
         problem = _problem(q, k, causal, *window)
         self.problem = _abi.problem_values(problem)
         self.dtype = _GPU_DTYPES[q.dtype]
         num_ctas = _num_ctas(q.device, sm_margin)
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("dash_attn: no plan for this shape yet, and plans cannot be built during CUDA-graph "
-                               "capture (they copy to the device); run the step once eagerly before capturing")
-        with torch.cuda.device(q.device):
-            # GQA: auto's offline table picks split or pack heads.
-            self.plan = _abi.DevicePlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO)
+        device = q.device
+
+        def build():
+            with torch.cuda.device(device):
+                # GQA: auto's offline table picks split or pack heads.
+                return _abi.DevicePlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO)
+
+        if in_background:
+            self._plan, self._pending = None, _planning_thread().submit(build)
+        else:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("dash_attn: no plan for this shape yet, and plans cannot be built during CUDA-graph "
+                                   "capture (they copy to the device); run the step once eagerly before capturing")
+            self._plan, self._pending = build(), None
         self.workspace_bytes = None  # asked with the first call's arguments (dash_bwd_workspace_size)
+
+    @property
+    def plan(self):
+        """The DevicePlan; waits for the planning thread if it is still building it (and raises what it raised)."""
+        if self._plan is None:
+            self._plan = self._pending.result()
+            self._pending = None
+        return self._plan
+
+
+# One thread builds plans ahead of the backward (_BwdShape(in_background=True)): the library releases the GIL while it
+# plans, and spreads a large template over its own worker threads. Started on first use.
+_planner = None
+
+
+def _planning_thread():
+    global _planner
+    if _planner is None:
+        _planner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dash_attn_plan")
+    return _planner
+
+
+def _bwd_key(q, k, causal, schedule, sm_margin, window_left, window_right):
+    return (q.shape, k.shape, q.dtype, causal, schedule, q.device.index, sm_margin, window_left, window_right)
 
 
 _fwd_shapes: dict = {}
@@ -201,6 +237,13 @@ def _fwd_cuda(q, k, v, causal, softmax_scale, deterministic, schedule, needs_bac
     args = _abi.pack_fwd_args(shape.problem, shape.dtype, q, k, v, o, lse.data_ptr(), softmax_scale)
     check(_on_device(q.device, lambda stream: LIB.dash_fwd(ctypes.byref(args), workspace.data_ptr(),
                                                            shape.workspace_bytes, stream)))
+    if needs_backward:
+        # A new shape's backward plan is started now, on the planning thread, so that it is built while the rest of
+        # the step runs (not during CUDA-graph capture: the backward then says that a plan is missing).
+        bwd_key = _bwd_key(q, k, causal, schedule, sm_margin, window_left, window_right)
+        if bwd_key not in _bwd_shapes and not torch.cuda.is_current_stream_capturing():
+            _bwd_shapes[bwd_key] = _BwdShape(q, k, causal, schedule, sm_margin, (window_left, window_right),
+                                             in_background=True)
     return o, lse
 
 
@@ -220,7 +263,7 @@ def _fwd_cpu(q, k, v, causal, softmax_scale, deterministic, schedule, needs_back
 
 def _bwd_cuda(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0, window_left=-1,
               window_right=-1):
-    key = (q.shape, k.shape, q.dtype, causal, schedule, q.device.index, sm_margin, window_left, window_right)
+    key = _bwd_key(q, k, causal, schedule, sm_margin, window_left, window_right)
     shape = _bwd_shapes.get(key)
     if shape is None:
         shape = _bwd_shapes[key] = _BwdShape(q, k, causal, schedule, sm_margin, (window_left, window_right))
@@ -229,7 +272,12 @@ def _bwd_cuda(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, sched
     dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
     args = _abi.pack_bwd_args(shape.problem, shape.dtype, q, k, v, o, dout, lse.data_ptr(), dq, dk, dv,
                               softmax_scale)
-    _launch_bwd(args, shape.plan.handle, shape, deterministic, q.device)
+    try:
+        plan = shape.plan  # after the allocations above, which a plan still being built then overlaps
+    except BaseException:
+        del _bwd_shapes[key]  # not cached: the next call plans again (and raises again, naming the argument)
+        raise
+    _launch_bwd(args, plan.handle, shape, deterministic, q.device)
     return dq, dk, dv
 
 

@@ -122,3 +122,69 @@ def test_chunked_lockstep_plans_match_float64(device, schedule, causal):
                             label=f"{device} {schedule} causal={causal} {seqlen}")
     for name, a, b in zip(("out", "dq", "dk", "dv"), *results):
         assert torch.equal(a, b), f"{schedule}: {name} differs between two deterministic runs"
+
+
+# A differentiated forward of a new shape starts the backward's plan on the planning thread (_torch_ops._BwdShape),
+# so that planning overlaps the rest of the step. The backward waits for it; the bits are those of a plan built in the
+# backward call itself.
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA GPU and the sm_90a kernels")
+def test_the_forward_plans_the_backward_on_the_planning_thread():
+    import concurrent.futures
+    q, k, v, dout = inputs("cuda", 1, 1537, 4, 2, 128, torch.bfloat16)  # a length no other test plans
+    key = _torch_ops._bwd_key(q, k, True, "auto", 0, -1, -1)
+    assert key not in _torch_ops._bwd_shapes
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    out = dash_attn.attention(*leaves, causal=True)
+    shape = _torch_ops._bwd_shapes[key]  # made by the forward
+    assert isinstance(shape._pending, concurrent.futures.Future), "the forward did not start the plan"
+    out.backward(dout)
+    assert shape._pending is None and shape._plan is not None, "the backward did not take the plan"
+    background = [t.grad for t in leaves]
+
+    del _torch_ops._bwd_shapes[key]  # planned again, in the backward call (needs_backward=False: no planning thread)
+    scale = 128 ** -0.5
+    o, lse = torch.ops.dash_attn.fwd(q, k, v, True, scale, True, "auto")
+    assert key not in _torch_ops._bwd_shapes
+    in_call = torch.ops.dash_attn.bwd(dout, q, k, v, o, lse, True, scale, True, "auto")
+    assert _torch_ops._bwd_shapes[key]._pending is None
+    for name, a, b in zip(("dq", "dk", "dv"), background, in_call):
+        assert torch.equal(a, b), f"{name}: the plan built on the planning thread gives other bits"
+
+
+# A plan the planning thread cannot build: the forward runs, the backward raises the planner's error (naming the
+# schedule), and the failure is not kept: the next backward plans again and raises again.
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA GPU and the sm_90a kernels")
+def test_a_planning_thread_error_is_raised_by_the_backward_every_time():
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    q, k, v, dout = inputs("cuda", 1, 1029, 2, 2, 128, torch.bfloat16)  # 9 KV tiles: shift's wave is 9 CTAs
+    for _ in range(2):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        out = dash_attn.attention(*leaves, schedule="shift", sm_margin=sms - 2)  # 2 CTAs
+        with pytest.raises(dash_attn.DashError, match="schedule"):
+            out.backward(dout)
+        assert _torch_ops._bwd_key(q, k, False, "shift", sms - 2, -1, -1) not in _torch_ops._bwd_shapes
+
+
+# The planning thread may build a plan while the step's thread captures a CUDA graph (a training loop captures after
+# an eager warm-up whose backward plans may still be in flight). In the default (global) capture mode a cudaMalloc
+# from any thread is refused and invalidates the capture; the library allocates and uploads in relaxed mode, on a
+# stream the graph does not contain. 49,216 tokens, full mask: 2.4 MB of tables, uploaded through the pinned staging.
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA GPU and the sm_90a kernels")
+def test_a_plan_is_built_beside_a_cuda_graph_capture():
+    problem = _abi.make_problem(1, 1, 1, 49216, 49216, 128, False)
+
+    def build():
+        with torch.cuda.device(0):
+            return _abi.DevicePlan(problem, "ascending", 0, _abi.DASH_GQA_SPLIT_HEADS)
+
+    x = torch.zeros(4096, device="cuda")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = x + 1
+        plan = _torch_ops._planning_thread().submit(build).result()  # built while the capture is open
+        z = y * 2
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(z, torch.full_like(z, 2.0))
+    assert plan.header_field("num_q_tiles") == 769 and plan.header_field("num_kv_tiles") == 385

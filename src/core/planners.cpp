@@ -13,6 +13,7 @@
 #include <climits>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <iterator>
@@ -169,6 +170,15 @@ void run_parallel_on_pool(int parts, const std::function<void(int)>& part) {
   if (parts <= 1 || !pool().run(job)) job.claim_and_run();
   for (const std::exception_ptr& e : job.error)
     if (e) std::rethrow_exception(e);
+}
+
+void parallel_copy(void* destination, const void* source, size_t bytes) {
+  constexpr size_t kMinPartBytes = size_t(256) << 10;  // below this, waking a worker costs more than it copies
+  const int parts = int(std::clamp<size_t>(bytes / kMinPartBytes, 1, size_t(hardware_threads())));
+  run_parallel(parts, [&](int part) {
+    const size_t begin = bytes * size_t(part) / size_t(parts), end = bytes * size_t(part + 1) / size_t(parts);
+    std::memcpy(static_cast<char*>(destination) + begin, static_cast<const char*>(source) + begin, end - begin);
+  });
 }
 
 int32_t first_segment_of_part(const std::vector<dash_segment>& segments, int64_t visits, int part, int parts) {

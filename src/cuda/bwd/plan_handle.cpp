@@ -22,6 +22,20 @@
 namespace dash::kernels::bwd {
 
 namespace {
+// Lets this thread allocate and copy while another thread captures a CUDA graph: in the default (global) capture mode
+// cudaMalloc from any thread is refused then and invalidates that capture. The allocation and the upload belong to
+// no graph (the upload stream is never captured), so they are safe beside one; the caller's mode is restored.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // Frees device memory of `device` from whatever device is current (and leaves that one current).
 void free_on_device(int device, void* blob) {
   if (blob == nullptr) return;
@@ -85,6 +99,7 @@ class DeviceTemplateCache {
     entry->device = device;
     entry->blob_header = unit->plan.blob_header();
     entry->bytes = entry->blob_header.total_bytes;
+    RelaxedCaptureMode relaxed;
     if (cudaError_t s = cudaMalloc(&entry->device_blob, entry->bytes); s != cudaSuccess) {
       entry->device_blob = nullptr;
       return cuda_fail("cudaMalloc(plan blob)", s);
@@ -132,19 +147,98 @@ DeviceTemplateCache& device_cache() {
 
 }  // namespace
 
+namespace {
+
+// Large uploads (a 128k-token unit's visit table is 8 MB causal, 16 MB full) go through two pinned buffers: the
+// planner's threads copy the next chunk into one while the copy engine reads the other. A pageable cudaMemcpyAsync
+// stages through the driver's buffers on one thread: on the H200 machine's host that is 7-8 GB/s (1.0 ms for 8 MB,
+// 2.3 ms for 16 MB), where pinned memory goes at 28-40 GB/s and eight threads copy host memory about 3x faster than
+// one (bench/results/upload-breakdown-h200host-2026-12-02.txt). The buffers are allocated on the first large upload
+// and kept for the process: cudaHostAlloc costs about 0.45 ms per MB there, more than an upload saves.
+class PinnedStaging {
+ public:
+  static constexpr size_t kChunkBytes = size_t(2) << 20;
+  static constexpr size_t kMinUploadBytes = size_t(2) << 20;  // smaller uploads take the pageable path
+
+  // nullptr if the pinned buffers cannot be had (the caller then copies from pageable memory: same bytes, slower).
+  static PinnedStaging* get() {
+    static PinnedStaging* instance = [] {
+      auto* staging = new PinnedStaging;  // never destroyed (CUDA may be torn down first)
+      if (staging->allocate()) return staging;
+      delete staging;
+      return static_cast<PinnedStaging*>(nullptr);
+    }();
+    return instance;
+  }
+
+  // Queues the copy of `parts` to `base` on `stream`. Returns once every byte has been read from the parts (the
+  // host memory may change after that); the device copies may still be in flight on `stream`.
+  dash_status upload(cudaStream_t stream, uint8_t* base, const std::vector<HostPart>& parts) {
+    std::lock_guard<std::mutex> lock(mutex_);  // one upload at a time through the two buffers
+    int buffer = 0;
+    for (const HostPart& part : parts) {
+      for (size_t done = 0; done < part.bytes; done += kChunkBytes, buffer ^= 1) {
+        const size_t bytes = std::min(kChunkBytes, part.bytes - done);
+        // The buffer is refilled only after the copy that last read it has finished (recorded below, on this
+        // upload's stream or an earlier upload's: the event remembers which). A never-recorded event is complete.
+        if (cudaError_t s = cudaEventSynchronize(drained_[buffer]); s != cudaSuccess) {
+          return kernels::cuda_fail("cudaEventSynchronize(plan upload staging)", s);
+        }
+        dash::detail::parallel_copy(buffers_[buffer], static_cast<const uint8_t*>(part.data) + done, bytes);
+        if (cudaError_t s = cudaMemcpyAsync(base + part.offset + done, buffers_[buffer], bytes,
+                                            cudaMemcpyHostToDevice, stream);
+            s != cudaSuccess) {
+          return kernels::cuda_fail("cudaMemcpyAsync(plan tables)", s);
+        }
+        if (cudaError_t s = cudaEventRecord(drained_[buffer], stream); s != cudaSuccess) {
+          return kernels::cuda_fail("cudaEventRecord(plan upload staging)", s);
+        }
+      }
+    }
+    return DASH_OK;
+  }
+
+ private:
+  bool allocate() {
+    for (int b = 0; b < 2; ++b) {
+      // Portable: uploads to any device of the process read them.
+      if (cudaHostAlloc(&buffers_[b], kChunkBytes, cudaHostAllocPortable) != cudaSuccess ||
+          cudaEventCreateWithFlags(&drained_[b], cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();  // not sticky; cleared so that the caller's next check does not see it
+        return false;
+      }
+    }
+    return true;
+  }
+
+  std::mutex mutex_;
+  void* buffers_[2] = {};
+  cudaEvent_t drained_[2] = {};
+};
+
+}  // namespace
+
 dash_status upload_to_device(int device, void* device_blob, const std::vector<HostPart>& parts) {
+  RelaxedCaptureMode relaxed;
   cudaStream_t stream = nullptr;
   if (dash_status s = upload_stream(device, stream); s != DASH_OK) return s;
   uint8_t* base = static_cast<uint8_t*>(device_blob);
-  for (const HostPart& part : parts) {
-    if (part.bytes == 0) continue;
-    if (cudaError_t s = cudaMemcpyAsync(base + part.offset, part.data, part.bytes, cudaMemcpyHostToDevice, stream);
-        s != cudaSuccess) {
-      return cuda_fail("cudaMemcpyAsync(plan tables)", s);
+  size_t total = 0;
+  for (const HostPart& part : parts) total += part.bytes;
+  PinnedStaging* staging = total >= PinnedStaging::kMinUploadBytes ? PinnedStaging::get() : nullptr;
+  if (staging != nullptr) {
+    if (dash_status s = staging->upload(stream, base, parts); s != DASH_OK) return s;
+  } else {
+    for (const HostPart& part : parts) {
+      if (part.bytes == 0) continue;
+      if (cudaError_t s = cudaMemcpyAsync(base + part.offset, part.data, part.bytes, cudaMemcpyHostToDevice, stream);
+          s != cudaSuccess) {
+        return cuda_fail("cudaMemcpyAsync(plan tables)", s);
+      }
     }
   }
-  // The tables must be on the device before any stream launches a kernel that reads them, and the copies read
-  // from pageable host memory the caller may free once this returns.
+  // The tables must be on the device before any stream launches a kernel that reads them, and the pageable copies
+  // read from host memory the caller may free once this returns.
   if (cudaError_t s = cudaStreamSynchronize(stream); s != cudaSuccess) {
     return cuda_fail("cudaStreamSynchronize(plan upload)", s);
   }
@@ -311,6 +405,7 @@ dash_status dash_plan_create_varlen(dash_pack_t pack, const char* schedule, int3
   place(state->ticket_chunks_offset, vp.ticket_chunks.size() * sizeof(int32_t));
   place(state->q_tile_sequence_offset, vp.q_tile_sequence.size() * sizeof(int32_t));
   place(state->kv_tile_sequence_offset, vp.kv_tile_sequence.size() * sizeof(int32_t));
+  dash::kernels::bwd::RelaxedCaptureMode relaxed;
   if (cudaError_t s = cudaMalloc(&state->device_blob, at < 16 ? 16 : at); s != cudaSuccess) {
     state->device_blob = nullptr;
     return cuda_fail("cudaMalloc(varlen plan)", s);
