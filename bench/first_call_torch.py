@@ -61,12 +61,16 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="first_call.jsonl")
     parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--samples", type=int, default=1,
+                        help="new shapes per config: sequence lengths s, s - 128, s - 256, ... (each its own template)")
     args = parser.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     step(1, 256, 2, 2, 64, True, gen)  # loads the kernels' modules and PyTorch's allocator pools once
     step(1, 256, 2, 2, 128, False, gen)
     with open(args.out, "w") as out:
-        for batch, seqlen, heads_q, heads_kv, head_dim, causal in SHAPES:
+        for (batch, base_seqlen, heads_q, heads_kv, head_dim, causal), sample in (
+                (shape, sample) for shape in SHAPES for sample in range(args.samples)):
+            seqlen = base_seqlen - 128 * sample
             shape_rows = [("new shape", (batch, seqlen, heads_q, heads_kv)),
                           ("new batch and heads", (batch + 1, seqlen, heads_q * 2 if seqlen < 100000 else heads_q,
                                                    heads_kv * 2 if seqlen < 100000 else heads_kv))]
