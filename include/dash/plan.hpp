@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -29,6 +30,8 @@ enum class Planner : int32_t {
   SymmetricShift = DASH_PLANNER_SYMMETRIC_SHIFT,
 };
 const char* planner_name(Planner planner);
+// The planner planner_name calls `name`, if any.
+std::optional<Planner> planner_named(std::string_view name);
 const std::vector<Planner>& all_planners();
 
 // Auto is a request only: build_plan resolves it (a Plan's gqa_mode() is SplitHeads or PackGroup).

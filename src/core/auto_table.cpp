@@ -54,11 +54,9 @@ Candidate parse_candidate(std::string_view word) {
   Candidate c;
   c.mode = word.substr(0, slash) == "pack" ? GqaMode::PackGroup : GqaMode::SplitHeads;
   const std::string_view name = word.substr(slash == std::string_view::npos ? word.size() : slash + 1);
-  for (Planner p : all_planners()) {
-    if (name == planner_name(p)) {
-      c.planner = p;
-      return c;
-    }
+  if (const std::optional<Planner> p = planner_named(name)) {
+    c.planner = *p;
+    return c;
   }
   throw std::logic_error("auto_table.inc: unknown planner '" + std::string(name) + "'");
 }

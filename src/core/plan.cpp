@@ -23,8 +23,7 @@ namespace dash {
 Schedule Schedule::parse(const std::string& name) {
   if (name == "auto") return {Kind::Auto, Planner::Ascending};
   if (name == "auto-fastest") return {Kind::AutoFastest, Planner::Ascending};
-  for (Planner p : all_planners())
-    if (name == planner_name(p)) return {Kind::Planner, p};
+  if (const std::optional<Planner> p = planner_named(name)) return {Kind::Planner, *p};
   std::string known = "auto, auto-fastest";
   for (Planner p : all_planners()) known += std::string(", ") + planner_name(p);
   throw Error("schedule", "unknown schedule '" + name + "' (expected one of: " + known + ")");
@@ -39,26 +38,34 @@ std::string Schedule::name() const {
   return "?";
 }
 
-TemplateKey template_key(const Problem& problem, TileShape tiles, GqaMode mode, Planner planner) {
+namespace {
+// template_key for a problem whose lengths are already its geometry's representative (plan_for finds them once for
+// all its candidates; geometry_representative is O(KV tiles)). `tiles` resolved.
+TemplateKey representative_template_key(const Problem& representative, TileShape tiles, GqaMode mode,
+                                        Planner planner) {
   if (mode == GqaMode::Auto) throw Error("gqa_mode", "a template key needs a resolved GQA mode (split or pack)");
-  if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
   TemplateKey k;
-  // Lengths whose blocks are all of the same kind build the same tables: one key (and template) serves them all.
-  const Problem representative = geometry_representative(problem, tiles);
   k.seqlen_q = representative.seqlen_q;
   k.seqlen_k = representative.seqlen_k;
-  k.mask = int32_t(problem.mask);
+  k.mask = int32_t(representative.mask);
   // Window sizes change the template only for the window mask; other masks ignore them.
-  k.window_left = problem.mask == Mask::Window ? problem.window_left : -1;
-  k.window_right = problem.mask == Mask::Window ? problem.window_right : -1;
-  k.head_dim = problem.head_dim;
+  k.window_left = representative.mask == Mask::Window ? representative.window_left : -1;
+  k.window_right = representative.mask == Mask::Window ? representative.window_right : -1;
+  k.head_dim = representative.head_dim;
   k.block_m = tiles.block_m;
   k.block_n = tiles.block_n;
   // With a group of 1 the two GQA modes build the same tables; one key serves both.
-  k.group_size = problem.group_size();
+  k.group_size = representative.group_size();
   k.gqa_mode = int32_t(k.group_size == 1 ? GqaMode::SplitHeads : mode);
   k.planner = int32_t(planner);
   return k;
+}
+}  // namespace
+
+TemplateKey template_key(const Problem& problem, TileShape tiles, GqaMode mode, Planner planner) {
+  if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
+  // Lengths whose blocks are all of the same kind build the same tables: one key (and template) serves them all.
+  return representative_template_key(geometry_representative(problem, tiles), tiles, mode, planner);
 }
 
 size_t UnitTemplate::bytes() const {
@@ -445,13 +452,14 @@ BoundPlan plan_for(const PlanRequest& req) {
                                                              : "GQA mode auto (offline table)";
     note += " on " + std::to_string(req.num_ctas) + " CTAs";
   }
+  const Problem representative = geometry_representative(req.problem, tiles);  // the key's lengths, every candidate's
   for (const Candidate& c : requested_candidates(req, tiles, note)) {
     if (const auto violation = plan_limit_violation(req.problem, tiles, c.mode, req.num_ctas)) {
       if (!automatic) throw Error(violation->field, violation->message);
       note += "; " + candidate_name(c, grouped) + " skipped (" + violation->message + ")";
       continue;
     }
-    const TemplateKey key = template_key(req.problem, tiles, c.mode, c.planner);
+    const TemplateKey key = representative_template_key(representative, tiles, c.mode, c.planner);
     std::shared_ptr<const UnitTemplate> unit = unit_template(key);
     if (unit->wave > req.num_ctas) {
       const std::string why = "the plan's waits need " + std::to_string(unit->wave) +

@@ -45,6 +45,12 @@ const char* planner_name(Planner planner) {
   return "?";
 }
 
+std::optional<Planner> planner_named(std::string_view name) {
+  for (Planner p : all_planners())
+    if (name == planner_name(p)) return p;
+  return std::nullopt;
+}
+
 const std::vector<Planner>& all_planners() {
   static const std::vector<Planner> planners = {Planner::Ascending, Planner::Descending, Planner::Shift,
                                                 Planner::SymmetricShift};
