@@ -36,8 +36,7 @@ import uuid
 import torch
 import torch.nn.functional as F
 
-B, S, H, D = 2, 8192, 16, 128
-CONFIG = f"b{B}_s{S}_hq{H}_hkv{H}_d{D}_causal"
+B, S, H, D = 2, 8192, 16, 128  # causal, bf16: record.Case(B, S, H, H, D, True)
 STANDINS = ("copy", "elementwise", "nccl-allreduce-1rank")
 SLEEP_CYCLES = 50_000_000  # ~25 ms at the H200's clocks, longer than the host takes to queue a round
 PROBE_BYTES, MAX_BYTES = 1 << 30, 16 << 30  # calibration probe; cap on one stand-in buffer
@@ -45,8 +44,10 @@ PROBE_BYTES, MAX_BYTES = 1 << 30, 16 << 30  # calibration probe; cap on one stan
 
 def backward(impl, det, sm_margin):
     """The timed call: one backward on a retained graph, returning (dq, dk, dv)."""
-    g = torch.Generator(device="cuda").manual_seed(1234)
-    q, k, v, do = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+    from record import Case  # bench/record.py, beside this file: the benchmark of record's inputs of this config
+    case = Case(B, S, H, H, D, True)
+    q, k, v, do = case.q, case.k, case.v, case.do
+    del case  # the closures below keep only the tensors they use
     if impl == "dash-attn":
         import dash_attn
         leaves = [t.requires_grad_(True) for t in (q, k, v)]
@@ -163,20 +164,21 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("overlap_bench.py: needs a CUDA GPU (torch.cuda.is_available() is False); nothing was measured")
     reps, checks = (5, 2) if args.quick else (args.reps, args.checks)
-    from record import git_commit  # bench/record.py, beside this file
+    from record import config_name, git_commit  # bench/record.py, beside this file
+    config = config_name(B, S, H, H, D, True)
     torch.utils.deterministic.fill_uninitialized_memory = False  # no NaN fills in SDPA's deterministic backward
     global SIDE
     SIDE = torch.cuda.Stream()
     env = dict(commit=args.commit or git_commit(), call_id=uuid.uuid4().hex[:12], gpu=torch.cuda.get_device_name(0),
                sm_count=torch.cuda.get_device_properties(0).multi_processor_count, torch=torch.__version__,
-               cuda=torch.version.cuda, dtype="bfloat16", config=CONFIG,
+               cuda=torch.version.cuda, dtype="bfloat16", config=config,
                timer=f"cuda-events, rounds of alone/alone/both interleaved, median of {reps} after 3 warm-ups")
     nccl_error = init_nccl() if "nccl-allreduce-1rank" in standins else None
     if nccl_error:
         print(f"nccl-allreduce-1rank skipped: {nccl_error}", flush=True)
     impls = [("dash-attn", True), ("dash-attn", False)]
     impls += [] if args.quick else [("sdpa-flash", True), ("sdpa-flash", False)]
-    print(f"{CONFIG}  (times in ms; overlap 1 = hidden, 0 = serialised; slowdown = both / max)")
+    print(f"{config}  (times in ms; overlap 1 = hidden, 0 = serialised; slowdown = both / max)")
     print(f"{'impl':10s} {'mode':16s} {'stand-in':21s} {'attn':>7s} {'comm':>7s} {'both':>7s} {'overlap':>8s} "
           f"{'slowdown':>8s}  bitwise")
     with open(args.out, "a") as out:

@@ -65,6 +65,17 @@ def packs(seed):
             ("windows64k", window_lengths(rng, 65536))]
 
 
+def pack_inputs(lengths):
+    """A pack's inputs: q, k, v, do (bf16 on the GPU, (tokens, heads, HEAD_DIM), drawn in that order from a generator
+    seeded with the pack's token count) and its cu_seqlens (int32, on the host)."""
+    total = sum(lengths)
+    g = torch.Generator(device="cuda").manual_seed(total)
+    mk = lambda h: torch.randn(total, h, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=g)
+    q, k, v, do = mk(HEADS_Q), mk(HEADS_KV), mk(HEADS_KV), mk(HEADS_Q)
+    cu = torch.tensor([0] + list(np.cumsum(lengths)), dtype=torch.int32)
+    return q, k, v, do, cu
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -114,10 +125,7 @@ def run_pack(name, lengths, env, flex, create_block_mask, padded, fa4=None, sche
     pairs = sum(n * (n + 1) // 2 for n in lengths)
     fwd_flops = 4.0 * HEAD_DIM * HEADS_Q * pairs
     bwd_flops = 2.5 * fwd_flops
-    g = torch.Generator(device="cuda").manual_seed(total)
-    mk = lambda h: torch.randn(total, h, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=g)
-    q, k, v, do = mk(HEADS_Q), mk(HEADS_KV), mk(HEADS_KV), mk(HEADS_Q)
-    cu_host = torch.tensor([0] + list(np.cumsum(lengths)), dtype=torch.int32)
+    q, k, v, do, cu_host = pack_inputs(lengths)
     cu = cu_host.cuda()
     longest = max(lengths)
     scale = HEAD_DIM ** -0.5

@@ -24,7 +24,7 @@ import torch
 from dash_attn import _abi
 from dash_attn._torch_ops import _num_ctas
 from record import git_commit, time_cuda  # bench/record.py, beside this file
-from varlen_bench import HEAD_DIM, HEADS_KV, HEADS_Q, packs
+from varlen_bench import HEAD_DIM, HEADS_KV, HEADS_Q, pack_inputs, packs
 
 
 def plan_ms(lengths):
@@ -40,11 +40,8 @@ def plan_ms(lengths):
 
 def layer_ms(lengths):
     """GPU ms of one layer's attention on the pack: varlen forward + deterministic backward, median of 10."""
-    total, longest = sum(lengths), max(lengths)
-    g = torch.Generator(device="cuda").manual_seed(total)
-    mk = lambda h: torch.randn(total, h, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=g)
-    q, k, v, do = mk(HEADS_Q), mk(HEADS_KV), mk(HEADS_KV), mk(HEADS_Q)
-    cu = torch.tensor([0] + list(np.cumsum(lengths)), dtype=torch.int32)
+    q, k, v, do, cu = pack_inputs(lengths)  # as bench/varlen_bench.py times the pack
+    longest = max(lengths)
     scale, ops = HEAD_DIM ** -0.5, torch.ops.dash_attn
 
     def layer():

@@ -29,6 +29,8 @@ import torch.multiprocessing as mp  # noqa: E402
 
 import dash_attn  # noqa: E402
 
+import transformers_version  # noqa: E402
+
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "train_distributed.py"
 PYTHON_DIR = pathlib.Path(dash_attn.__file__).resolve().parents[1]  # holds the dash_attn package
 
@@ -47,11 +49,10 @@ def _why_skip():
             found = False
         if not found:
             return f"this PyTorch ({torch.__version__}) has no {module}.{name}"
-    if importlib.util.find_spec("transformers") is None:
+    version = transformers_version.installed_version()
+    if version is None:
         return "transformers is not installed (the example's model is its Llama; scripts/run-tests.sh installs it)"
-    from importlib import metadata
-    version = metadata.version("transformers")
-    if int(version.split(".")[0]) < 5:
+    if not transformers_version.is_supported(version):
         return f"transformers >= 5 is needed by dash_attn.integrations.transformers, found {version}"
     return None
 

@@ -12,7 +12,6 @@ on a small Llama, twice, against SDPA) runs where a GPU is present.
 
 The CPU backend is fp32 and slow: the shapes are tiny (head dim 64, the smallest the library takes)."""
 import copy
-import importlib.util
 
 import pytest
 
@@ -21,25 +20,16 @@ import dash_attn  # noqa: E402
 from dash_attn import _abi  # noqa: E402
 
 import attention_reference  # noqa: E402
+import transformers_version  # noqa: E402
 
 HAVE_CUDA = torch.cuda.is_available() and bool(_abi.LIB.dash_cuda_available())
 CUDA_SKIP = pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device, or libdash_attn built without CUDA kernels")
 DEVICE_DTYPES = [("cpu", torch.float32), pytest.param("cuda", torch.bfloat16, marks=CUDA_SKIP)]
 
 
-def _transformers_version():
-    if importlib.util.find_spec("transformers") is None:
-        return None
-    from importlib import metadata
-    try:
-        return metadata.version("transformers")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-TRANSFORMERS_VERSION = _transformers_version()
+TRANSFORMERS_VERSION = transformers_version.installed_version()
 # The integration is written against transformers 5.17 (scripts/run-tests.sh installs it); older majors are skipped.
-HAVE_TRANSFORMERS = TRANSFORMERS_VERSION is not None and int(TRANSFORMERS_VERSION.split(".")[0]) >= 5
+HAVE_TRANSFORMERS = transformers_version.is_supported(TRANSFORMERS_VERSION)
 TRANSFORMERS_SKIP = pytest.mark.skipif(
     not HAVE_TRANSFORMERS, reason=f"transformers >= 5 is not installed (found {TRANSFORMERS_VERSION}): the "
                                   "attn_implementation=\"dash\" tests are skipped")

@@ -341,6 +341,10 @@ TEST(PlanForMemo, LruMemoMatchesAListModel) {
 // ---- unit templates shared across lengths (TemplateKey's representative lengths) ----
 
 // The unit template of `p`'s exact lengths, as the template cache would build it: built, validated, its wave recorded.
+// Written out rather than calling src/core/plan.cpp's build_template, which is file-local there (reachable only
+// through unit_template, i.e. the cache under test) and takes a TemplateKey, whose tiles and GQA mode (pack collapsed
+// to split for a group of 1) template_key has already resolved: built from the problem, the comparison checks those
+// too.
 dash::Plan exact_template(const dash::Problem& p, GqaMode mode, dash::Planner planner) {
   dash::Problem unit = p;
   unit.batch = 1;
