@@ -230,6 +230,14 @@ def _fwd_cuda(q, k, v, causal, softmax_scale, deterministic, schedule, needs_bac
     shape = _fwd_shapes.get(key)
     if shape is None:
         shape = _fwd_shapes[key] = _FwdShape(q, k, causal, needs_backward, (window_left, window_right))
+    if needs_backward:
+        # A new shape's backward plan is started first (the forward's checks passed above), on the planning thread,
+        # so that it is built while the forward and the rest of the step run (not during CUDA-graph capture: the
+        # backward then says that a plan is missing).
+        bwd_key = _bwd_key(q, k, causal, schedule, sm_margin, window_left, window_right)
+        if bwd_key not in _bwd_shapes and not torch.cuda.is_current_stream_capturing():
+            _bwd_shapes[bwd_key] = _BwdShape(q, k, causal, schedule, sm_margin, (window_left, window_right),
+                                             in_background=True)
     b, sq, hq, _ = q.shape
     lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -237,13 +245,6 @@ def _fwd_cuda(q, k, v, causal, softmax_scale, deterministic, schedule, needs_bac
     args = _abi.pack_fwd_args(shape.problem, shape.dtype, q, k, v, o, lse.data_ptr(), softmax_scale)
     check(_on_device(q.device, lambda stream: LIB.dash_fwd(ctypes.byref(args), workspace.data_ptr(),
                                                            shape.workspace_bytes, stream)))
-    if needs_backward:
-        # A new shape's backward plan is started now, on the planning thread, so that it is built while the rest of
-        # the step runs (not during CUDA-graph capture: the backward then says that a plan is missing).
-        bwd_key = _bwd_key(q, k, causal, schedule, sm_margin, window_left, window_right)
-        if bwd_key not in _bwd_shapes and not torch.cuda.is_current_stream_capturing():
-            _bwd_shapes[bwd_key] = _BwdShape(q, k, causal, schedule, sm_margin, (window_left, window_right),
-                                             in_background=True)
     return o, lse
 
 
