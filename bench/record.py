@@ -135,7 +135,7 @@ class Impl:
         return (self.impl, self.mode, self.schedule)
 
 
-def dash_impls(case, schedules):
+def dash_impls(case, schedules, nondet_schedules=("auto",)):
     ops = torch.ops.dash_attn
     o, lse = ops.fwd(case.q, case.k, case.v, case.causal, case.scale, True, "auto")
 
@@ -145,8 +145,8 @@ def dash_impls(case, schedules):
     def bwd(det, schedule):
         return lambda: ops.bwd(case.do, case.q, case.k, case.v, o, lse, case.causal, case.scale, det, schedule)
 
-    out = [Impl("dash-attn", "forward", fwd, lambda: fwd()[0]),
-           Impl("dash-attn", "nondeterministic", bwd(False, "auto"), bwd(False, "auto"), "auto")]
+    out = [Impl("dash-attn", "forward", fwd, lambda: fwd()[0])]
+    out += [Impl("dash-attn", "nondeterministic", bwd(False, s), bwd(False, s), s) for s in nondet_schedules]
     return out + [Impl("dash-attn", "deterministic", bwd(True, s), bwd(True, s), s) for s in schedules]
 
 
@@ -299,6 +299,9 @@ def main():
     ap.add_argument("--no-cudnn", action="store_true")
     ap.add_argument("--schedules", help="comma-separated dash-attn schedules for the deterministic rows (default: all "
                     "but auto-fastest; --quick: auto)")
+    ap.add_argument("--nondet-schedules", default="auto",
+                    help="comma-separated dash-attn schedules for the non-deterministic rows (default: auto; the "
+                         "plan orders the work there too, though no addition waits)")
     ap.add_argument("--tag", help="a name for this build of dash-attn, written into every row (A/B runs)")
     ap.add_argument("--only", help="IMPL/MODE[/SCHEDULE]: run that one 5 times on the first config and exit (for ncu)")
     args = ap.parse_args()
@@ -342,7 +345,7 @@ def main():
     table = []
     for r in rows:
         case = Case(*r)
-        impls = dash_impls(case, schedules)
+        impls = dash_impls(case, schedules, args.nondet_schedules.split(","))
         if fa3 is not None:
             impls += fa3_impls(case, fa3)
         others = []
