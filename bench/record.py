@@ -265,11 +265,16 @@ def timing_row(env, case, impl, tflops, times, bitwise, rel_err, **extra):
 
 
 def run_config(case, impls, repeats, reference_key, warmup=3, reps=10):
-    """Times every impl `repeats` times, interleaved; returns {key: [median ms per repeat]} and the check results."""
+    """Times every impl `repeats` times, interleaved; returns {key: [median ms per repeat]} and the check results.
+
+    Repeat r starts at impl r (the order rotates): the same plan timed right after the forward and later in a repeat
+    differed by 4% in every repeat (`nondet-plans-2026-12-02-e65a459.jsonl`: auto and ascending are one plan at 8k
+    full), so a fixed order would give the first backward a constant handicap."""
     per_repeat = {i.key: [] for i in impls}
     all_times = {i.key: [] for i in impls}
-    for _ in range(repeats):
-        for impl in impls:
+    for r in range(repeats):
+        shift = r % max(len(impls), 1)
+        for impl in impls[shift:] + impls[:shift]:
             times = time_cuda(impl.run, warmup, reps)
             per_repeat[impl.key].append(statistics.median(times))
             all_times[impl.key] += times

@@ -9,6 +9,7 @@
 #include <exception>
 #include <list>
 #include <string>
+#include <future>
 
 #include <cuda.h>  // driver types only: the functions come through cudaGetDriverEntryPointByVersion
 #include <cuda_runtime_api.h>
@@ -153,23 +154,22 @@ namespace {
 // planner's threads copy the next chunk into one while the copy engine reads the other. A pageable cudaMemcpyAsync
 // stages through the driver's buffers on one thread: on the H200 machine's host that is 7-8 GB/s (1.0 ms for 8 MB,
 // 2.3 ms for 16 MB), where pinned memory goes at 28-40 GB/s and eight threads copy host memory about 3x faster than
-// one (bench/results/upload-breakdown-h200host-2026-12-02.txt). The buffers are allocated on the first large upload
-// and kept for the process: cudaHostAlloc costs about 0.45 ms per MB there, more than an upload saves.
+// one (bench/results/upload-breakdown-h200host-2026-12-02.txt). cudaHostAlloc costs about 0.5 ms per MB there, more
+// than an upload saves, so the buffers are kept for the process, and allocated on a thread of their own, started by
+// the process's first upload of any size: allocated on the first large upload they added 2-3 ms to it (the first
+// 128k-token shape, first-call-ab-2026-12-02-fd8c341-vs-dd0f5dd-newfirst.txt); a large upload that comes before
+// the allocation has finished waits for it.
 class PinnedStaging {
  public:
   static constexpr size_t kChunkBytes = size_t(2) << 20;
   static constexpr size_t kMinUploadBytes = size_t(2) << 20;  // smaller uploads take the pageable path
 
-  // nullptr if the pinned buffers cannot be had (the caller then copies from pageable memory: same bytes, slower).
-  static PinnedStaging* get() {
-    static PinnedStaging* instance = [] {
-      auto* staging = new PinnedStaging;  // never destroyed (CUDA may be torn down first)
-      if (staging->allocate()) return staging;
-      delete staging;
-      return static_cast<PinnedStaging*>(nullptr);
-    }();
-    return instance;
-  }
+  // Starts the buffers' allocation on a thread of its own (the first call; on `device`, the device of the upload that
+  // asks, so that no other device's context is created).
+  static void start_allocation(int device) { (void)allocation(device); }
+  // The buffers, once allocated (waiting for the allocation if it is still running); nullptr if they cannot be had
+  // (the caller then copies from pageable memory: the same bytes, slower).
+  static PinnedStaging* get(int device) { return allocation(device).get(); }
 
   // Queues the copy of `parts` to `base` on `stream`. Returns once every byte has been read from the parts (the
   // host memory may change after that); the device copies may still be in flight on `stream`.
@@ -211,6 +211,20 @@ class PinnedStaging {
     return true;
   }
 
+  // The allocation's result. std::async's shared state makes the library's unloading wait for the thread (it ends
+  // a few ms after it starts); the buffers are never freed (CUDA may be torn down before this library's statics).
+  static std::shared_future<PinnedStaging*>& allocation(int device) {
+    static std::shared_future<PinnedStaging*> result = std::async(std::launch::async, [device] {
+      RelaxedCaptureMode relaxed;  // beside another thread's graph capture, as the uploads
+      if (cudaSetDevice(device) != cudaSuccess) return static_cast<PinnedStaging*>(nullptr);
+      auto* staging = new PinnedStaging;
+      if (staging->allocate()) return staging;
+      delete staging;
+      return static_cast<PinnedStaging*>(nullptr);
+    }).share();
+    return result;
+  }
+
   std::mutex mutex_;
   void* buffers_[2] = {};
   cudaEvent_t drained_[2] = {};
@@ -225,7 +239,8 @@ dash_status upload_to_device(int device, void* device_blob, const std::vector<Ho
   uint8_t* base = static_cast<uint8_t*>(device_blob);
   size_t total = 0;
   for (const HostPart& part : parts) total += part.bytes;
-  PinnedStaging* staging = total >= PinnedStaging::kMinUploadBytes ? PinnedStaging::get() : nullptr;
+  PinnedStaging::start_allocation(device);  // at the process's first upload, so that it is done by the first large one
+  PinnedStaging* const staging = total >= PinnedStaging::kMinUploadBytes ? PinnedStaging::get(device) : nullptr;
   if (staging != nullptr) {
     if (dash_status s = staging->upload(stream, base, parts); s != DASH_OK) return s;
   } else {
