@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <future>
 #include <list>
 #include <string>
-#include <future>
 
 #include <cuda.h>  // driver types only: the functions come through cudaGetDriverEntryPointByVersion
 #include <cuda_runtime_api.h>
@@ -167,9 +167,13 @@ class PinnedStaging {
   // Starts the buffers' allocation on a thread of its own (the first call; on `device`, the device of the upload that
   // asks, so that no other device's context is created).
   static void start_allocation(int device) { (void)allocation(device); }
-  // The buffers, once allocated (waiting for the allocation if it is still running); nullptr if they cannot be had
-  // (the caller then copies from pageable memory: the same bytes, slower).
-  static PinnedStaging* get(int device) { return allocation(device).get(); }
+  // The buffers for an upload to `device`, once allocated (waiting for the allocation if it is still running);
+  // nullptr if they cannot be had or belong to another device (their events can only be recorded on streams of the
+  // device they were created on). The caller then copies from pageable memory: the same bytes, slower.
+  static PinnedStaging* get(int device) {
+    PinnedStaging* staging = allocation(device).get();
+    return staging != nullptr && staging->device_ == device ? staging : nullptr;
+  }
 
   // Queues the copy of `parts` to `base` on `stream`. Returns once every byte has been read from the parts (the
   // host memory may change after that); the device copies may still be in flight on `stream`.
@@ -199,12 +203,18 @@ class PinnedStaging {
   }
 
  private:
+  explicit PinnedStaging(int device) : device_(device) {}
+
+  // On the current device (device_).
   bool allocate() {
     for (int b = 0; b < 2; ++b) {
-      // Portable: uploads to any device of the process read them.
       if (cudaHostAlloc(&buffers_[b], kChunkBytes, cudaHostAllocPortable) != cudaSuccess ||
           cudaEventCreateWithFlags(&drained_[b], cudaEventDisableTiming) != cudaSuccess) {
         cudaGetLastError();  // not sticky; cleared so that the caller's next check does not see it
+        for (int f = 0; f <= b; ++f) {
+          if (buffers_[f] != nullptr) cudaFreeHost(buffers_[f]);
+          if (drained_[f] != nullptr) cudaEventDestroy(drained_[f]);
+        }
         return false;
       }
     }
@@ -217,7 +227,7 @@ class PinnedStaging {
     static std::shared_future<PinnedStaging*> result = std::async(std::launch::async, [device] {
       RelaxedCaptureMode relaxed;  // beside another thread's graph capture, as the uploads
       if (cudaSetDevice(device) != cudaSuccess) return static_cast<PinnedStaging*>(nullptr);
-      auto* staging = new PinnedStaging;
+      auto* staging = new PinnedStaging(device);
       if (staging->allocate()) return staging;
       delete staging;
       return static_cast<PinnedStaging*>(nullptr);
@@ -225,6 +235,7 @@ class PinnedStaging {
     return result;
   }
 
+  const int device_;
   std::mutex mutex_;
   void* buffers_[2] = {};
   cudaEvent_t drained_[2] = {};
