@@ -32,6 +32,7 @@
 
 #include "dash/plan.hpp"
 #include "dash/varlen.hpp"
+#include "host_timing.hpp"
 
 namespace {
 
@@ -53,14 +54,8 @@ const std::vector<Shape>& fixed_shapes() {
   return shapes;
 }
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using dash::bench::median;
+using dash::bench::ms_since;
 
 dash::PlanRequest request(const Shape& s, int batch, int heads_q, int heads_kv) {
   dash::PlanRequest r;

@@ -22,6 +22,7 @@
 
 #include "dash/dash_attn.h"
 #include "dash/plan.hpp"
+#include "host_timing.hpp"
 
 namespace dash::detail {
 void set_planner_threads(int n);  // src/core/planner_internal.hpp (tests and measurements)
@@ -30,13 +31,8 @@ void set_planner_threads(int n);  // src/core/planner_internal.hpp (tests and me
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using dash::bench::median;
+using dash::bench::ms_since;
 
 double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
