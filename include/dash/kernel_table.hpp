@@ -13,8 +13,12 @@
 
 #include <cstdint>
 
-// DASH_KERNEL_ROW(head_dim, bwd_block_m, bwd_block_n, fwd_warpgroups, fwd_block_n, fwd_stages, fwd_exp2_poly_every)
-//   bwd_block_m x bwd_block_n: query rows x keys of the backward's (and the plan's) tiles.
+// DASH_KERNEL_ROW(head_dim, head_dim_v, bwd_block_m, bwd_block_n, fwd_warpgroups, fwd_block_n, fwd_stages,
+//                 fwd_exp2_poly_every)
+//   head_dim: of q and k; head_dim_v: of v, o, dout, dv (MLA-style models: 192 / 128). A row is one pair.
+//   bwd_block_m x bwd_block_n: query rows x keys of the backward's (and the plan's) tiles; 0 x 0: the row has a
+//     forward kernel only (its backward needs the column-split layout of docs/history/kernel-notes-bwd-wgmma.md,
+//     not built yet), and dash_check_problem refuses it with needs_backward.
 //   fwd_warpgroups: the forward's consumer warpgroups, 64 query rows each. They take turns at the tensor cores,
 //     so one's softmax must fit in the others' GEMMs: at head dim 64 a warpgroup's two GEMMs are shorter than its
 //     softmax, and three warpgroups (160 registers each) keep the tensor cores fed where two do not.
@@ -25,29 +29,39 @@
 // (2 x 128 x head_dim fp32 over two warpgroups) leave room for 64-row Q tiles only.
 // Head dim 96 (Phi-class models) has the tiles of 128: its forward's three-warpgroup variant would need
 // 48 O registers more than head dim 64's, past the 160 each of three warpgroups gets.
+// Head dims 256 and 192 / 128: 64-key forward tiles at 256 (K and V stages of 128 keys would be 128 KB each);
+// their O leaves through shared memory in 64-column blocks (hopper/fwd/fwd_config.cuh), which is what lets
+// 128-key tiles fit at 192 / 128.
 #define DASH_KERNEL_TABLE(DASH_KERNEL_ROW) \
-  DASH_KERNEL_ROW(64, 128, 128, 3, 128, 2, 8) \
-  DASH_KERNEL_ROW(96, 64, 128, 2, 128, 2, 0) \
-  DASH_KERNEL_ROW(128, 64, 128, 2, 128, 2, 0)
+  DASH_KERNEL_ROW(64, 64, 128, 128, 3, 128, 2, 8) \
+  DASH_KERNEL_ROW(96, 96, 64, 128, 2, 128, 2, 0) \
+  DASH_KERNEL_ROW(128, 128, 64, 128, 2, 128, 2, 0) \
+  DASH_KERNEL_ROW(192, 128, 0, 0, 2, 128, 2, 0) \
+  DASH_KERNEL_ROW(256, 256, 0, 0, 2, 64, 2, 0)
 
 namespace dash {
 
 struct KernelTableRow {
-  int32_t head_dim;
+  int32_t head_dim, head_dim_v;
   int32_t bwd_block_m, bwd_block_n;
   int32_t fwd_warpgroups, fwd_block_n, fwd_stages, fwd_exp2_poly_every;
 };
 
-#define DASH_KERNEL_TABLE_ENTRY(hd, bm, bn, fwg, fbn, fst, fpoly) KernelTableRow{hd, bm, bn, fwg, fbn, fst, fpoly},
+#define DASH_KERNEL_TABLE_ENTRY(hd, hdv, bm, bn, fwg, fbn, fst, fpoly) KernelTableRow{hd, hdv, bm, bn, fwg, fbn, fst, fpoly},
 inline constexpr KernelTableRow kKernelTable[] = {DASH_KERNEL_TABLE(DASH_KERNEL_TABLE_ENTRY)};
 #undef DASH_KERNEL_TABLE_ENTRY
 inline constexpr int kKernelTableRows = int(sizeof(kKernelTable) / sizeof(kKernelTable[0]));
 
-// The row of `head_dim`; a head dim without a row gives {0, ...} (callers check head_dim != 0).
-constexpr KernelTableRow kernel_table_row(int32_t head_dim) {
+// The row of (head_dim, head_dim_v), head_dim_v 0 meaning head_dim; a pair without a row gives {0, ...} (callers
+// check head_dim != 0).
+constexpr KernelTableRow kernel_table_row(int32_t head_dim, int32_t head_dim_v = 0) {
+  if (head_dim_v == 0) head_dim_v = head_dim;
   for (const KernelTableRow& row : kKernelTable)
-    if (row.head_dim == head_dim) return row;
-  return KernelTableRow{0, 0, 0, 0, 0, 0, 0};
+    if (row.head_dim == head_dim && row.head_dim_v == head_dim_v) return row;
+  return KernelTableRow{0, 0, 0, 0, 0, 0, 0, 0};
 }
+
+// Whether the row has a backward kernel (see bwd_block_m above).
+constexpr bool has_backward(const KernelTableRow& row) { return row.bwd_block_m != 0; }
 
 }  // namespace dash

@@ -2,6 +2,7 @@
 // arch_dispatch.cpp — see arch_dispatch.h.
 #include "arch_dispatch.h"
 
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -11,23 +12,25 @@
 namespace dash::kernels {
 namespace {
 
-// Calls f(head dim, dtype) with both as compile-time constants for the row of the kernel table that holds
-// `head_dim`; DASH_ERROR_UNSUPPORTED if none does (the entry points check the head dim first).
+// Calls f(row, dtype) with the row of the kernel table for (head_dim, head_dim_v) (a KernelTableRow constant) and
+// the dtype as compile-time constants; DASH_ERROR_UNSUPPORTED if no row holds the pair (the entry points check the
+// head dims first).
 template <class F, size_t... Row>
-dash_status with_row(int32_t head_dim, dash_dtype dtype, F&& f, std::index_sequence<Row...>) {
+dash_status with_row(int32_t head_dim, int32_t head_dim_v, dash_dtype dtype, F&& f, std::index_sequence<Row...>) {
   dash_status status = DASH_ERROR_UNSUPPORTED;
-  auto try_row = [&](auto hd) {
-    if (decltype(hd)::value != head_dim) return;
+  if (head_dim_v == 0) head_dim_v = head_dim;
+  auto try_row = [&](auto row) {
+    if (decltype(row)::value.head_dim != head_dim || decltype(row)::value.head_dim_v != head_dim_v) return;
     using Bf16 = std::integral_constant<dash_dtype, DASH_DTYPE_BF16>;
     using Fp16 = std::integral_constant<dash_dtype, DASH_DTYPE_FP16>;
-    status = dtype == DASH_DTYPE_BF16 ? f(hd, Bf16{}) : f(hd, Fp16{});
+    status = dtype == DASH_DTYPE_BF16 ? f(row, Bf16{}) : f(row, Fp16{});
   };
-  (try_row(std::integral_constant<int, kKernelTable[Row].head_dim>{}), ...);
+  (try_row(std::integral_constant<KernelTableRow, kKernelTable[Row]>{}), ...);
   return status;
 }
 template <class F>
-dash_status with_instantiation(int32_t head_dim, dash_dtype dtype, F&& f) {
-  return with_row(head_dim, dtype, std::forward<F>(f), std::make_index_sequence<kKernelTableRows>{});
+dash_status with_instantiation(int32_t head_dim, int32_t head_dim_v, dash_dtype dtype, F&& f) {
+  return with_row(head_dim, head_dim_v, dtype, std::forward<F>(f), std::make_index_sequence<kKernelTableRows>{});
 }
 
 }  // namespace
@@ -54,9 +57,12 @@ dash_status current_kernel_family(const char* what, KernelFamily& family, std::s
 dash_status run_forward(KernelFamily family, const FwdLaunch& launch, std::string& error) {
   switch (family) {
     case KernelFamily::kHopper:
-      return with_instantiation(launch.args.problem.head_dim, launch.args.dtype, [&](auto hd, auto dt) {
-        return hopper::fwd::run<decltype(hd)::value, decltype(dt)::value>(launch, error);
-      });
+      return with_instantiation(launch.args.problem.head_dim, launch.args.problem.head_dim_v, launch.args.dtype,
+                                [&](auto row, auto dt) {
+                                  constexpr KernelTableRow kRow = decltype(row)::value;
+                                  return hopper::fwd::run<kRow.head_dim, kRow.head_dim_v, decltype(dt)::value>(
+                                      launch, error);
+                                });
   }
   error = "forward: unknown kernel family";
   return DASH_ERROR_UNSUPPORTED;
@@ -66,8 +72,14 @@ dash_status run_backward(KernelFamily family, const bwd::BwdParams& params, int3
                          int32_t num_ctas, int device, cudaStream_t stream, std::string& error) {
   switch (family) {
     case KernelFamily::kHopper:
-      return with_instantiation(head_dim, dtype, [&](auto hd, auto dt) {
-        return hopper::bwd::run<decltype(hd)::value, decltype(dt)::value>(params, num_ctas, device, stream, error);
+      return with_instantiation(head_dim, head_dim, dtype, [&](auto row, auto dt) {
+        constexpr KernelTableRow kRow = decltype(row)::value;
+        if constexpr (has_backward(kRow)) {
+          return hopper::bwd::run<kRow.head_dim, decltype(dt)::value>(params, num_ctas, device, stream, error);
+        } else {
+          error = "backward: head dim " + std::to_string(kRow.head_dim) + " has a forward kernel only";
+          return DASH_ERROR_UNSUPPORTED;
+        }
       });
   }
   error = "backward: unknown kernel family";

@@ -17,31 +17,31 @@
 namespace dash::hopper {
 
 namespace fwd {
-// Builds the TMA descriptors and launches the forward kernel for one (head dim, dtype). On failure returns
+// Builds the TMA descriptors and launches the forward kernel for one (head dims, dtype). On failure returns
 // DASH_ERROR_CUDA (or UNSUPPORTED) and sets `error` to a message naming the failing step.
-template <int kHeadDim, dash_dtype kDtype>
+template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
 dash_status run(kernels::FwdLaunch const& launch, std::string& error);
 // Dynamic shared memory the instantiation asks for (bytes).
-template <int kHeadDim, dash_dtype kDtype>
+template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
 int smem_bytes();
 }  // namespace fwd
 
 namespace bwd {
 // Launches preprocess, the plan-executing main kernel (num_ctas persistent CTAs, a plain launch: docs/DEADLOCK.md)
-// and convert on `stream` (of `device`, the current device).
+// and convert on `stream` (of `device`, the current device). Only for rows with a backward (has_backward).
 template <int kHeadDim, dash_dtype kDtype>
 dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int device, cudaStream_t stream,
                 std::string& error);
 }  // namespace bwd
 
-#define DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, DTYPE)                                                          \
-  extern template dash_status fwd::run<HDIM, DTYPE>(kernels::FwdLaunch const&, std::string&);                \
-  extern template int fwd::smem_bytes<HDIM, DTYPE>();                                                         \
-  extern template dash_status bwd::run<HDIM, DTYPE>(kernels::bwd::BwdParams const&, int32_t, int, cudaStream_t,  \
-                                                    std::string&);
-#define DASH_DECLARE_HOPPER_KERNELS(HDIM, ...)                 \
-  DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, DASH_DTYPE_BF16)       \
-  DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, DASH_DTYPE_FP16)
+// Every row declares its forward; a row without a backward kernel never names bwd::run (arch_dispatch.cpp), so the
+// declaration of one is harmless.
+#define DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, HDIM_V, DTYPE)                                                  \
+  extern template dash_status fwd::run<HDIM, HDIM_V, DTYPE>(kernels::FwdLaunch const&, std::string&);        \
+  extern template int fwd::smem_bytes<HDIM, HDIM_V, DTYPE>();
+#define DASH_DECLARE_HOPPER_KERNELS(HDIM, HDIM_V, ...)                 \
+  DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, HDIM_V, DASH_DTYPE_BF16)       \
+  DASH_DECLARE_HOPPER_KERNELS_FOR(HDIM, HDIM_V, DASH_DTYPE_FP16)
 DASH_KERNEL_TABLE(DASH_DECLARE_HOPPER_KERNELS)
 #undef DASH_DECLARE_HOPPER_KERNELS
 #undef DASH_DECLARE_HOPPER_KERNELS_FOR
