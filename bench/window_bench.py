@@ -78,6 +78,12 @@ def run_row(row, env, flex, create_block_mask):
         flex_out = run()
         impls.append(("flex-attention", "nondeterministic",
                       lambda: torch.autograd.grad(flex_out, leaves, dot, retain_graph=True), bwd_flops))
+    return time_impls(env, name, impls)
+
+
+def time_impls(env, name, impls):
+    """Times each (impl, mode, fn, flops) with the protocol's timer; one result dict per entry, printed as timed. An
+    implementation that cannot run the case is reported with its error, not fatal."""
     results = []
     for impl, mode, fn, flops in impls:
         try:
@@ -86,13 +92,14 @@ def run_row(row, env, flex, create_block_mask):
                           tflops=round(flops / (ms * 1e-3) / 1e12, 1))
             if impl == "dash-attn" and mode != "forward":
                 result["schedule"] = "auto"
-        except Exception as e:  # an implementation that cannot run the case is reported, not fatal
+        except Exception as e:
             result = dict(env, config=name, impl=impl, mode=mode, error=str(e).splitlines()[0][:200])
         print(f"{name:36s} {impl:15s} {mode:17s} " +
               (f"{result['ms']:8.3f} ms {result['tflops']:7.1f} TFLOP/s" if "ms" in result
                else f"ERROR {result['error']}"), flush=True)
         results.append(result)
     return results
+
 
 if __name__ == "__main__":
     main()

@@ -10,11 +10,49 @@
 //   - the accumulator coordinate facts the MMA code relies on (additive thread offsets, warpgroup split,
 //     exact coverage, adjacent column pairs, the dQ split between the warpgroups);
 //   - the shared-memory struct fits the 227 KB an sm_90 block may use.
+// And for the forward kernel of every row (src/cuda/hopper/fwd/fwd_kernel.cuh): the epilogue's column blocks of O
+// (whole rows, or 64-column blocks at head dims 256 and 192 / 128) are contiguous slices of the accumulator, laid out
+// as the block's own 64 x kOBlockCols accumulator.
 #include <cstdio>
 
 #include "hopper/bwd/bwd_kernel.cuh"
+#include "hopper/element_types.cuh"
+#include "hopper/fwd/fwd_config.cuh"
 
 namespace {
+template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
+int check_forward(const char* name) {
+  using namespace cute;
+  using C = dash::hopper::fwd::FwdConfig<kHeadDim, kHeadDimV, typename dash::hopper::CuteElement<kDtype>::type>;
+  int bad = 0;
+  typename C::MmaPV mma_pv;
+  typename C::MmaPVOBlock mma_block;
+  const auto whole_ids = make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kHeadDimV>>{});
+  const auto block_ids = make_identity_tensor(Shape<Int<C::kRowsPerWarpgroup>, Int<C::kOBlockCols>>{});
+  // The registers: the accumulator fragments are compact (value i at register i), so "value i" below is register i.
+  const auto whole_fragment = partition_fragment_C(mma_pv, Shape<Int<C::kBlockM>, Int<C::kHeadDimV>>{}).layout();
+  const auto block_fragment =
+      partition_fragment_C(mma_block, Shape<Int<C::kRowsPerWarpgroup>, Int<C::kOBlockCols>>{}).layout();
+  for (int i = 0; i < int(size(whole_fragment)); ++i) bad += int(whole_fragment(i)) != i;
+  for (int i = 0; i < int(size(block_fragment)); ++i) bad += int(block_fragment(i)) != i;
+  constexpr int kPerBlock = C::kOBlockCols / 2;
+  if (int(size(block_fragment)) != kPerBlock || int(size(whole_fragment)) != C::kOBlocks * kPerBlock) ++bad;
+  for (int t = 0; t < 128; ++t) {  // warpgroup 0's threads; the others' rows differ by 64 per warpgroup
+    const auto whole = mma_pv.get_thread_slice(t).partition_C(whole_ids);
+    const auto block = mma_block.get_thread_slice(t).partition_C(block_ids);
+    for (int b = 0; b < C::kOBlocks; ++b)
+      for (int i = 0; i < kPerBlock; ++i) {
+        const auto w = whole(b * kPerBlock + i);
+        const auto k = block(i);
+        if (get<0>(w) != get<0>(k) || get<1>(w) != get<1>(k) + b * C::kOBlockCols) ++bad;
+      }
+  }
+  const int smem = dash::hopper::fwd::fwd_smem_bytes<C>();
+  std::printf("%s forward: smem %d bytes, O in %d block(s) of %d columns, %d layout mismatches\n", name, smem,
+              C::kOBlocks, C::kOBlockCols, bad);
+  return bad;
+}
+
 template <int kHeadDim, dash_dtype kDtype>
 int check(const char* name) {
   using namespace dash::hopper::bwd;
@@ -103,13 +141,20 @@ int check(const char* name) {
   std::printf("%s: smem %d bytes, %d layout mismatches\n", name, smem, bad);
   return bad;
 }
+
+template <int kHeadDim, int kHeadDimV, int kBwdBlockM, dash_dtype kDtype>
+int check_row(const char* name) {
+  int bad = check_forward<kHeadDim, kHeadDimV, kDtype>(name);
+  if constexpr (kBwdBlockM != 0) bad += check<kHeadDim, kDtype>(name);  // rows with a backward kernel
+  return bad;
+}
 }  // namespace
 
 int main() {
   int bad = 0;
-#define DASH_CHECK_ROW(hd, ...)                             \
-  bad += check<hd, DASH_DTYPE_BF16>("hdim" #hd " bf16"); \
-  bad += check<hd, DASH_DTYPE_FP16>("hdim" #hd " fp16");
+#define DASH_CHECK_ROW(hd, hdv, bm, ...)                                              \
+  bad += check_row<hd, hdv, bm, DASH_DTYPE_BF16>("hdim " #hd " / " #hdv " bf16"); \
+  bad += check_row<hd, hdv, bm, DASH_DTYPE_FP16>("hdim " #hd " / " #hdv " fp16");
   DASH_KERNEL_TABLE(DASH_CHECK_ROW)
 #undef DASH_CHECK_ROW
   std::printf(bad == 0 ? "OK\n" : "FAILED\n");

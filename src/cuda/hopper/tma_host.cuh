@@ -18,12 +18,11 @@ namespace dash::hopper::tma {
 // Every descriptor has five modes, so that fixed-length and varlen launches share one TMA type (hopper/varlen.cuh).
 // Fixed length: (seqlen, head dim, heads, batch, 1) with element strides; the head dim is contiguous (validated by
 // the APIs); the last mode is never indexed (its stride, the batch stride, is one TMA accepts).
-template <class Config>
+template <class Element, int kHeadDim>
 auto make_gmem_tensor(dash_tensor const& t, int seqlen, int heads, int batch) {
   using namespace cute;
-  using Element = typename Config::Element;
   return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data)),
-                     make_layout(make_shape(int32_t(seqlen), Int<Config::kHeadDim>{}, int32_t(heads), int32_t(batch),
+                     make_layout(make_shape(int32_t(seqlen), Int<kHeadDim>{}, int32_t(heads), int32_t(batch),
                                             int32_t(1)),
                                  make_stride(int64_t(t.seq_stride), _1{}, int64_t(t.head_stride),
                                              int64_t(t.batch_stride), int64_t(t.batch_stride))));
@@ -31,13 +30,12 @@ auto make_gmem_tensor(dash_tensor const& t, int seqlen, int heads, int batch) {
 
 // A packed varlen tensor (total rows, heads, head_dim) as the ragged view of hopper/varlen.cuh: (x, head dim, heads,
 // y, z) with strides (s, 1, head stride, s, 2^34 - s) over the tensor's own base, s the row stride in elements.
-template <class Config>
+template <class Element, int kHeadDim>
 auto make_ragged_gmem_tensor(dash_tensor const& t, int heads) {
   using namespace cute;
-  using Element = typename Config::Element;
   constexpr int32_t kLargeExtent = 0x7fff0000;  // y and z: any coordinate the kernels form fits below it
   return make_tensor(make_gmem_ptr(static_cast<Element*>(t.data)),
-                     make_layout(make_shape(kRaggedRows, Int<Config::kHeadDim>{}, int32_t(heads), kLargeExtent,
+                     make_layout(make_shape(kRaggedRows, Int<kHeadDim>{}, int32_t(heads), kLargeExtent,
                                             kLargeExtent),
                                  make_stride(int64_t(t.seq_stride), _1{}, int64_t(t.head_stride), int64_t(t.seq_stride),
                                              (int64_t(1) << 34) - int64_t(t.seq_stride))));

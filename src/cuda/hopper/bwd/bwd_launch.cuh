@@ -30,8 +30,8 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
   // Varlen: ragged views of the packed tensors (hopper/varlen.cuh).
   const bool varlen = params.sequences != nullptr;
   auto rows_of = [&](dash_tensor const& t, int seqlen, int heads) {
-    return varlen ? tma::make_ragged_gmem_tensor<Config>(t, heads)
-                  : tma::make_gmem_tensor<Config>(t, seqlen, heads, params.batch);
+    return varlen ? tma::make_ragged_gmem_tensor<typename Config::Element, Config::kHeadDim>(t, heads)
+                  : tma::make_gmem_tensor<typename Config::Element, Config::kHeadDim>(t, seqlen, heads, params.batch);
   };
   auto gQ = rows_of(params.q, params.mask.seqlen_q, params.heads_q);
   auto gdO = rows_of(params.dout, params.mask.seqlen_q, params.heads_q);

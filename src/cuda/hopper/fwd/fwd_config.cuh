@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // hopper/fwd/fwd_config.cuh — everything the Hopper forward kernel fixes at compile time, derived from its only
-// two template parameters (head dim, element type): tile sizes (a row of dash/kernel_table.hpp), warpgroup roles
+// three template parameters (the head dims of q / k and of v, element type): tile sizes (a row of dash/kernel_table.hpp), warpgroup roles
 // and register budgets, shared-memory layouts, the wgmma tiled MMAs, the TMA copy types, the kernel parameters
 // and the shared-memory map.
 //
 // Adding a head dim means adding a row to dash/kernel_table.hpp: the smem atom, MMA shapes and TMA boxes below
-// all follow from (kHeadDim, kBlockN, kStages). Keep the smem total under 227 KB and the consumer's live
-// registers (S: kBlockN / 2, P: kBlockN / 4, O: kHeadDim / 2 per thread) under kConsumerRegisters.
+// all follow from (kHeadDim, kHeadDimV, kBlockN, kStages). Keep the smem total under 227 KB and the consumer's live
+// registers (S: kBlockN / 2, P: kBlockN / 4, O: kHeadDimV / 2 per thread) under kConsumerRegisters.
 #pragma once
 
 #include <cstdint>
@@ -26,17 +26,18 @@
 
 namespace dash::hopper::fwd {
 
-template <int kHeadDim_, class Element_>
+template <int kHeadDim_, int kHeadDimV_, class Element_>
 struct FwdConfig {
   using Element = Element_;  // cute::bfloat16_t or cute::half_t
-  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDim = kHeadDim_;    // q and k
+  static constexpr int kHeadDimV = kHeadDimV_;  // v and o
 
   // ---- work split ----
   // The head dim's row of the kernel table: consumer warpgroups, keys per KV tile (the S tile lives in
   // registers: wider tiles mean fewer, longer iterations), K/V ring depth, and every kExp2PolyEvery-th exp2 on the
   // FMA pipe (0: none; see exp2_polynomial).
-  static constexpr KernelTableRow kTableRow = kernel_table_row(kHeadDim);
-  static_assert(kTableRow.head_dim == kHeadDim, "no row for this head dim in dash/kernel_table.hpp");
+  static constexpr KernelTableRow kTableRow = kernel_table_row(kHeadDim, kHeadDimV);
+  static_assert(kTableRow.head_dim == kHeadDim, "no row for these head dims in dash/kernel_table.hpp");
   static constexpr int kConsumerWarpgroups = kTableRow.fwd_warpgroups;  // each owns 64 query rows of the Q tile
   static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3, "the turn barriers are laid out for 2 or 3");
   static constexpr int kRowsPerWarpgroup = 64;  // the M of one wgmma
@@ -56,28 +57,46 @@ struct FwdConfig {
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <=
                     launch_register_pool(kThreads),
                 "register budgets exceed the CTA's register pool: setmaxnreg.inc would wait forever");
-  static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "wgmma shape constraints");
+  static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0 && kBlockN % 16 == 0 && kBlockN <= 256 &&
+                    kHeadDimV <= 256,
+                "wgmma shape constraints");
   static_assert(kStages >= 2, "the consumer holds one K and one V stage while the next loads");
 
   // ---- shared memory layouts (K-major: head_dim contiguous, as in global memory) ----
-  using SmemAtom = decltype(k_major_smem_atom<Element, kHeadDim>());
+  using SmemAtom = decltype(k_major_smem_atom<Element, kHeadDim>());    // Q, K
+  using SmemAtomV = decltype(k_major_smem_atom<Element, kHeadDimV>());  // V
   // Q is two stacked 64-row halves, one per consumer warpgroup, each laid out exactly like a 64-row tile
   // (so a half is one contiguous TMA box and one canonical wgmma operand).
   using SmemLayoutQHalf =
       decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kRowsPerWarpgroup>, cute::Int<kHeadDim>>{}));
   using SmemLayoutQ = decltype(cute::tile_to_shape(SmemLayoutQHalf{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
-  using SmemLayoutKVStage =
+  using SmemLayoutKStage =
       decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
-  using SmemLayoutKV = decltype(cute::tile_to_shape(
+  using SmemLayoutK = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
-  // V seen as the (head_dim, key) B operand of O += P V: the same bytes, head_dim contiguous (MN-major).
+  using SmemLayoutVStage =
+      decltype(cute::tile_to_shape(SmemAtomV{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDimV>>{}));
+  using SmemLayoutV = decltype(cute::tile_to_shape(
+      SmemAtomV{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDimV>, cute::Int<kStages>>{}));
+  // V seen as the (head_dim_v, key) B operand of O += P V: the same bytes, head_dim_v contiguous (MN-major).
   using SmemLayoutVt = decltype(cute::composition(
-      SmemLayoutKV{},
-      cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
+      SmemLayoutV{},
+      cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDimV>, cute::Int<kBlockN>, cute::Int<kStages>>{},
                                 cute::Step<cute::_2, cute::_1, cute::_3>{})));
   // Each consumer warpgroup stages its own 64 output rows in its own buffer and stores them alone. The
-  // buffer is separate from Q so that the next tile's Q can load while this tile's O is being stored.
-  using SmemLayoutOHalf = SmemLayoutQHalf;
+  // buffer is separate from Q so that the next tile's Q can load while this tile's O is being stored. Where
+  // whole rows do not fit beside Q and the K / V ring (head dims 256 and 192 / 128), O goes out in blocks of 64
+  // columns through a buffer of one block, each block's TMA store reading it before the next block is written.
+  static constexpr int kBytesBeforeO =
+      int(sizeof(Element)) * (kBlockM * kHeadDim + kStages * kBlockN * (kHeadDim + kHeadDimV));
+  static constexpr int kBytesOfWholeO = int(sizeof(Element)) * kBlockM * kHeadDimV;
+  static constexpr int kOBlockCols =
+      kBytesBeforeO + kBytesOfWholeO + 2048 <= 227 * 1024 ? kHeadDimV : 64;  // 2048: barriers, records, alignment
+  static_assert(kHeadDimV % kOBlockCols == 0, "O leaves in whole column blocks");
+  static constexpr int kOBlocks = kHeadDimV / kOBlockCols;
+  using SmemLayoutOBlock = decltype(cute::tile_to_shape(
+      k_major_smem_atom<Element, kOBlockCols>(),
+      cute::Shape<cute::Int<kRowsPerWarpgroup>, cute::Int<kOBlockCols>>{}));
 
   // ---- wgmma: one 64-row atom per consumer warpgroup ----
   using WarpgroupLayout = cute::Layout<cute::Shape<cute::Int<kConsumerWarpgroups>, cute::_1, cute::_1>>;
@@ -89,27 +108,35 @@ struct FwdConfig {
   // O += P V: P from registers (the softmax output), V^T from shared memory.
   using MmaPV = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<Element, Element, float,
-                                 cute::Shape<cute::Int<kRowsPerWarpgroup>, cute::Int<kHeadDim>, cute::Int<kBlockN>>,
+                                 cute::Shape<cute::Int<kRowsPerWarpgroup>, cute::Int<kHeadDimV>, cute::Int<kBlockN>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       WarpgroupLayout{}));
-  // The same PV atom for one warpgroup alone: partitions a warpgroup's 64 output rows in the epilogue.
-  using MmaPVOneWarpgroup = decltype(cute::make_tiled_mma(
+  // A PV atom of one warpgroup and one column block of O: partitions a block of a warpgroup's 64 output rows in
+  // the epilogue. Its accumulator is the block's slice of the whole accumulator (o_block in fwd_kernel.cuh): the
+  // values of a 64xN wgmma accumulator run over 8-column chunks last, so a block's values are contiguous.
+  using MmaPVOBlock = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<Element, Element, float,
-                                 cute::Shape<cute::Int<kRowsPerWarpgroup>, cute::Int<kHeadDim>, cute::Int<kBlockN>>,
+                                 cute::Shape<cute::Int<kRowsPerWarpgroup>, cute::Int<kOBlockCols>, cute::Int<kBlockN>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
 
   // ---- global tensors as TMA sees them: (seqlen, head_dim, heads, batch, 1) or the ragged view of a varlen pack
   // (hopper/varlen.cuh), strides in elements ----
+  // GmemShape: q and k (kHeadDim columns); GmemShapeV: v and o (kHeadDimV).
   using GmemShape = cute::Shape<int32_t, cute::Int<kHeadDim>, int32_t, int32_t, int32_t>;
+  using GmemShapeV = cute::Shape<int32_t, cute::Int<kHeadDimV>, int32_t, int32_t, int32_t>;
   using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t, int64_t>;
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
                                                 cute::Layout<GmemShape, GmemStride>{}));
+  using GmemTensorV = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
+                                                 cute::Layout<GmemShapeV, GmemStride>{}));
   using TmaLoadQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{}));
-  using TmaLoadKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKVStage{}));
-  using TmaStoreO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensor{}, SmemLayoutOHalf{}));
+  using TmaLoadK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKStage{}));
+  using TmaLoadV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensorV{}, SmemLayoutVStage{}));
+  using TmaStoreO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensorV{}, SmemLayoutOBlock{}));
 
   static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
-  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKTileBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kVTileBytes = kBlockN * kHeadDimV * sizeof(Element);
 };
 
 // One work tile: a Q tile of one (sequence, query head), with the sequence's mask and first rows (0 for
@@ -126,11 +153,13 @@ struct FwdTile {
 template <class Config>
 struct FwdParams {
   typename Config::TmaLoadQ tma_q;
-  typename Config::TmaLoadKV tma_k;
-  typename Config::TmaLoadKV tma_v;
+  typename Config::TmaLoadK tma_k;
+  typename Config::TmaLoadV tma_v;
   typename Config::TmaStoreO tma_o;
-  typename Config::GmemShape shape_q;   // also O's shape
-  typename Config::GmemShape shape_kv;
+  typename Config::GmemShape shape_q;
+  typename Config::GmemShape shape_k;
+  typename Config::GmemShapeV shape_v;
+  typename Config::GmemShapeV shape_o;
   float* lse;                           // [batch, heads_q, seqlen_q]; varlen: [heads_q, total_q]
   AttentionMask mask;                   // which keys each query row sees; the sequence lengths (varlen: the longest)
   int32_t heads_q;
@@ -153,9 +182,9 @@ template <class Config>
 struct FwdSharedStorage {
   using Element = typename Config::Element;
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutQ>, 1024> q;
-  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> k;
-  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutKV>, 1024> v;
-  cute::array_aligned<Element, Config::kConsumerWarpgroups * cute::cosize_v<typename Config::SmemLayoutOHalf>, 1024> o;
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutK>, 1024> k;
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutV>, 1024> v;
+  cute::array_aligned<Element, Config::kConsumerWarpgroups * cute::cosize_v<typename Config::SmemLayoutOBlock>, 1024> o;
   alignas(8) uint64_t q_full;                    // next tile announced; its Q landed (TMA transaction count)
   alignas(8) uint64_t q_empty;                   // every consumer warp read the index and finished its last S GEMM
   alignas(8) uint64_t k_full[Config::kStages];   // K stage landed

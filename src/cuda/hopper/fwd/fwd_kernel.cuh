@@ -120,13 +120,14 @@ template <bool kVarlen, class Config>
 __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Config>& smem) {
   using namespace cute;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
+  constexpr int kHeadDimV = Config::kHeadDimV;
 
   Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
-  Tensor mK = params.tma_k.get_tma_tensor(params.shape_kv);
-  Tensor mV = params.tma_v.get_tma_tensor(params.shape_kv);
+  Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
+  Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Config::SmemLayoutQ{});
-  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Config::SmemLayoutKV{});  // (.., .., stage)
-  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Config::SmemLayoutKV{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Config::SmemLayoutK{});  // (.., .., stage)
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Config::SmemLayoutV{});
 
   constexpr bool varlen = kVarlen;
   PipelineState<Config::kStages> stage;  // runs on across work tiles
@@ -165,11 +166,12 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
                            Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));  // (kBlockM, kHeadDim)
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                       group_modes<0, 2>(gQ));
-    // The KV tile n of this sequence: rows past seqlen_k are zero-filled (and masked by the consumers).
-    auto kv_tile = [&](auto const& mT, int n) {
+    // The KV tile n of this sequence (kCols: K's or V's head dim): rows past seqlen_k are zero-filled (and masked
+    // by the consumers).
+    auto kv_tile = [&](auto const& mT, int n, auto cols) {
       BoxRows const box = box_rows(varlen, tile.batch, tile.k_row, n * kBlockN, tile.mask.seqlen_k);
       return local_tile(domain_offset(make_coord(box.x, _0{}), mT(_, _, head_kv, box.y, box.z)),
-                        Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
+                        Shape<Int<kBlockN>, decltype(cols)>{}, make_coord(_0{}, _0{}));
     };
 
     // The full barrier completes when the arrival (this thread) and the expected bytes (the TMA) are both in.
@@ -179,16 +181,16 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
 
     for (int n = range.end - 1; n >= range.begin; --n) {
       auto [tKgK, tKsK] = tma_partition(params.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                        group_modes<0, 2>(kv_tile(mK, n)));
+                                        group_modes<0, 2>(kv_tile(mK, n, Int<kHeadDim>{})));
       auto [tVgV, tVsV] = tma_partition(params.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                        group_modes<0, 2>(kv_tile(mV, n)));
+                                        group_modes<0, 2>(kv_tile(mV, n, Int<kHeadDimV>{})));
       // Reuse a K buffer only after all consumer warps released it (their S GEMM reading it completed).
       mbarrier_wait(&smem.k_empty[stage.index], stage.phase ^ 1u);
-      mbarrier_arrive_expect_tx(&smem.k_full[stage.index], Config::kKVTileBytes);
+      mbarrier_arrive_expect_tx(&smem.k_full[stage.index], Config::kKTileBytes);
       copy(params.tma_k.with(smem.k_full[stage.index], 0, L2Hint::EVICT_LAST), tKgK, tKsK(_, stage.index));
       // Likewise V, released after the O += P V GEMM that read it completed.
       mbarrier_wait(&smem.v_empty[stage.index], stage.phase ^ 1u);
-      mbarrier_arrive_expect_tx(&smem.v_full[stage.index], Config::kKVTileBytes);
+      mbarrier_arrive_expect_tx(&smem.v_full[stage.index], Config::kVTileBytes);
       copy(params.tma_v.with(smem.v_full[stage.index], 0, L2Hint::EVICT_LAST), tVgV, tVsV(_, stage.index));
       stage.advance();
       // The next tile is decoded once this one's first K/V loads are out: a varlen look-up reads global memory,
@@ -206,7 +208,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
                             int thread) {
   using namespace cute;
   using Element = typename Config::Element;
-  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDimV = Config::kHeadDimV;
   constexpr int kStages = Config::kStages;
   constexpr int kWarpgroups = Config::kConsumerWarpgroups;
   constexpr uint32_t kTurnThreads = 256;  // a turn: the warpgroup that takes it and the one that passes it
@@ -214,10 +216,11 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
   bool const store_leader = (thread % 128) == 0;  // issues this warpgroup's TMA stores of O
 
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Config::SmemLayoutQ{});
-  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Config::SmemLayoutKV{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Config::SmemLayoutK{});
   Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Config::SmemLayoutVt{});
-  Tensor sO = make_tensor(make_smem_ptr(smem.o.data() + warpgroup * cosize_v<typename Config::SmemLayoutOHalf>),
-                          typename Config::SmemLayoutOHalf{});  // this warpgroup's 64 output rows
+  // This warpgroup's buffer for its 64 output rows, or for one column block of them at a time (kOBlocks > 1).
+  Tensor sO = make_tensor(make_smem_ptr(smem.o.data() + warpgroup * cosize_v<typename Config::SmemLayoutOBlock>),
+                          typename Config::SmemLayoutOBlock{});
 
   typename Config::MmaQK mma_qk;
   typename Config::MmaPV mma_pv;
@@ -233,7 +236,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
   Tensor tOrVt = wg_pv.partition_fragment_B(sVt);  // (.., .., .., stage)
 
   Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});  // scores, then P in fp32
-  Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // output accumulator
+  Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDimV>>{});  // output accumulator
   Tensor tOrP = make_tensor<Element>(tSrS.layout());                                  // P in Element
   Tensor tOrP_operand = make_tensor(tOrP.data(), accumulator_as_a_operand(tSrS.layout()));
 
@@ -242,15 +245,14 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
   Tensor output = make_tensor(tOrO.data(), accumulator_rows_cols(tOrO.layout()));
   Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
   Tensor score_coords = make_tensor(tScS.data(), accumulator_rows_cols(tScS.layout()));
-  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
   Tensor output_coords = make_tensor(tOcO.data(), accumulator_rows_cols(tOcO.layout()));
   constexpr int kRows = decltype(size<0>(scores))::value;
 
-  auto smem_store = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{},
-                                      typename Config::MmaPVOneWarpgroup{});
+  auto smem_store = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Config::MmaPVOBlock{});
   auto thr_store = smem_store.get_thread_slice(thread % 128);
   Tensor tOsO_store = thr_store.partition_D(sO);
-  Tensor mO = params.tma_o.get_tma_tensor(params.shape_q);
+  Tensor mO = params.tma_o.get_tma_tensor(params.shape_o);
 
   // Turns go round WG0, WG1, (WG2,) WG0, ...: each warpgroup waits for its own turn barrier and, after issuing,
   // arrives on the next one's. Per work tile every warpgroup takes range.count() + 1 turns; the last warpgroup
@@ -373,25 +375,38 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     Tensor rO = make_tensor<Element>(tOrO.layout());
     convert_to_element(rO, tOrO);
 
-    // The previous work tile's TMA store must have read sO before it is overwritten.
-    if (store_leader) tma_store_wait<0>();
-    named_barrier_sync(kBarrierEpilogueWarpgroup0 + warpgroup, 128);
-    copy(smem_store, thr_store.retile_S(rO), tOsO_store);
-    // stmatrix writes through the generic proxy, the TMA store reads through the async proxy: each writer
-    // fences, then the warpgroup barrier guarantees all 64 rows are written before the store is issued.
-    cutlass::arch::fence_view_async_shared();
-    named_barrier_sync(kBarrierEpilogueWarpgroup0 + warpgroup, 128);
-    if (store_leader) {
-      // Rows past the sequence's end lie outside the box's bounds: the TMA store drops them.
-      constexpr int kRowsO = Config::kRowsPerWarpgroup;
-      BoxRows const box = box_rows(kVarlen, tile.batch, tile.q_row,
-                                           row_base + warpgroup * kRowsO, tile.mask.seqlen_q);
-      Tensor gO = local_tile(domain_offset(make_coord(box.x, _0{}), mO(_, _, tile.head_q, box.y, box.z)),
-                             Shape<Int<kRowsO>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
-      auto [tOgO, tOsO] = tma_partition(params.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO),
-                                        group_modes<0, 2>(gO));
-      copy(params.tma_o, tOsO, tOgO);
-      tma_store_arrive();
+    // Column block b of this warpgroup's O (all of it when kOBlocks is 1): its values are contiguous in the
+    // accumulator (kOBlockCols / 2 per thread from value b * kOBlockCols / 2, see MmaPVOBlock), laid out as a
+    // 64 x kOBlockCols accumulator; the host-only layout check (tests/gpu/bwd_layout_check.cu) verifies it.
+    constexpr int kOBlockCols = Config::kOBlockCols;
+    constexpr int kRowsO = Config::kRowsPerWarpgroup;
+    auto const block_layout =
+        partition_fragment_C(typename Config::MmaPVOBlock{}, Shape<Int<kRowsO>, Int<kOBlockCols>>{}).layout();
+    static_assert(decltype(size(block_layout))::value * Config::kOBlocks == decltype(size(rO))::value,
+                  "the blocks partition the accumulator");
+    CUTE_UNROLL
+    for (int b = 0; b < Config::kOBlocks; ++b) {
+      Tensor o_block = make_tensor(rO.data() + b * (kOBlockCols / 2), block_layout);
+      // The previous TMA store (of this tile's previous block, or of the previous work tile) must have read sO
+      // before it is overwritten.
+      if (store_leader) tma_store_wait<0>();
+      named_barrier_sync(kBarrierEpilogueWarpgroup0 + warpgroup, 128);
+      copy(smem_store, thr_store.retile_S(o_block), tOsO_store);
+      // stmatrix writes through the generic proxy, the TMA store reads through the async proxy: each writer
+      // fences, then the warpgroup barrier guarantees all 64 rows are written before the store is issued.
+      cutlass::arch::fence_view_async_shared();
+      named_barrier_sync(kBarrierEpilogueWarpgroup0 + warpgroup, 128);
+      if (store_leader) {
+        // Rows past the sequence's end lie outside the box's bounds: the TMA store drops them.
+        BoxRows const box = box_rows(kVarlen, tile.batch, tile.q_row, row_base + warpgroup * kRowsO,
+                                     tile.mask.seqlen_q);
+        Tensor gO = local_tile(domain_offset(make_coord(box.x, _0{}), mO(_, _, tile.head_q, box.y, box.z)),
+                               Shape<Int<kRowsO>, Int<kOBlockCols>>{}, make_coord(_0{}, b));
+        auto [tOgO, tOsO] = tma_partition(params.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sO),
+                                          group_modes<0, 2>(gO));
+        copy(params.tma_o, tOsO, tOgO);
+        tma_store_arrive();
+      }
     }
     q_phase ^= 1u;
   }

@@ -22,29 +22,30 @@
 
 namespace dash::hopper::fwd {
 
-template <int kHeadDim, dash_dtype kDtype>
+template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
 int smem_bytes() {
-  return fwd_smem_bytes<FwdConfig<kHeadDim, typename CuteElement<kDtype>::type>>();
+  return fwd_smem_bytes<FwdConfig<kHeadDim, kHeadDimV, typename CuteElement<kDtype>::type>>();
 }
 
-template <int kHeadDim, dash_dtype kDtype>
+template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
 dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
   using namespace cute;
-  using Config = FwdConfig<kHeadDim, typename CuteElement<kDtype>::type>;
+  using Config = FwdConfig<kHeadDim, kHeadDimV, typename CuteElement<kDtype>::type>;
+  using Element = typename Config::Element;
   dash_fwd_args const& a = launch.args;
   dash_problem const& pr = a.problem;
 
   kernels::VarlenLaunch const& pack = launch.varlen;
   bool const varlen = pack.sequences != nullptr;
   // Fixed length: (seqlen, head dim, heads, batch, 1). Varlen: ragged views (hopper/varlen.cuh).
-  auto gQ = varlen ? tma::make_ragged_gmem_tensor<Config>(a.q, pr.heads_q)
-                   : tma::make_gmem_tensor<Config>(a.q, pr.seqlen_q, pr.heads_q, pr.batch);
-  auto gK = varlen ? tma::make_ragged_gmem_tensor<Config>(a.k, pr.heads_kv)
-                   : tma::make_gmem_tensor<Config>(a.k, pr.seqlen_k, pr.heads_kv, pr.batch);
-  auto gV = varlen ? tma::make_ragged_gmem_tensor<Config>(a.v, pr.heads_kv)
-                   : tma::make_gmem_tensor<Config>(a.v, pr.seqlen_k, pr.heads_kv, pr.batch);
-  auto gO = varlen ? tma::make_ragged_gmem_tensor<Config>(a.o, pr.heads_q)
-                   : tma::make_gmem_tensor<Config>(a.o, pr.seqlen_q, pr.heads_q, pr.batch);
+  auto gQ = varlen ? tma::make_ragged_gmem_tensor<Element, kHeadDim>(a.q, pr.heads_q)
+                   : tma::make_gmem_tensor<Element, kHeadDim>(a.q, pr.seqlen_q, pr.heads_q, pr.batch);
+  auto gK = varlen ? tma::make_ragged_gmem_tensor<Element, kHeadDim>(a.k, pr.heads_kv)
+                   : tma::make_gmem_tensor<Element, kHeadDim>(a.k, pr.seqlen_k, pr.heads_kv, pr.batch);
+  auto gV = varlen ? tma::make_ragged_gmem_tensor<Element, kHeadDimV>(a.v, pr.heads_kv)
+                   : tma::make_gmem_tensor<Element, kHeadDimV>(a.v, pr.seqlen_k, pr.heads_kv, pr.batch);
+  auto gO = varlen ? tma::make_ragged_gmem_tensor<Element, kHeadDimV>(a.o, pr.heads_q)
+                   : tma::make_gmem_tensor<Element, kHeadDimV>(a.o, pr.seqlen_q, pr.heads_q, pr.batch);
 
   int const num_m_blocks = (pr.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   int64_t const num_tiles = varlen ? int64_t(pack.num_tiles) : int64_t(num_m_blocks) * pr.heads_q * pr.batch;
@@ -63,11 +64,13 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
   if (status != cudaSuccess) return cuda_fail(error, "cudaDeviceGetAttribute(MultiProcessorCount)", status);
   FwdParams<Config> params{
       make_tma_copy(SM90_TMA_LOAD{}, gQ, typename Config::SmemLayoutQ{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gK, typename Config::SmemLayoutKVStage{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gV, typename Config::SmemLayoutKVStage{}),
-      make_tma_copy(SM90_TMA_STORE{}, gO, typename Config::SmemLayoutOHalf{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gK, typename Config::SmemLayoutKStage{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gV, typename Config::SmemLayoutVStage{}),
+      make_tma_copy(SM90_TMA_STORE{}, gO, typename Config::SmemLayoutOBlock{}),
       gQ.shape(),
       gK.shape(),
+      gV.shape(),
+      gO.shape(),
       a.lse,
       AttentionMask::of(pr),
       pr.heads_q,
@@ -108,14 +111,17 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
   dim3 const grid(unsigned(std::min<int64_t>(num_tiles, num_sms)));
   kernel<<<grid, Config::kThreads, kSmemBytes, launch.stream>>>(params);
   if ((status = cudaGetLastError()) != cudaSuccess) {
-    return cuda_fail(error, "launch of the Hopper forward kernel <head dim " + std::to_string(kHeadDim) + ">", status);
+    return cuda_fail(error,
+                     "launch of the Hopper forward kernel <head dims " + std::to_string(kHeadDim) + " / " +
+                         std::to_string(kHeadDimV) + ">",
+                     status);
   }
   return DASH_OK;
 }
 
 }  // namespace dash::hopper::fwd
 
-// One (head dim, dtype) of the forward: what each generated instantiation file expands.
-#define DASH_INSTANTIATE_HOPPER_FWD(HDIM, DTYPE)                                                               \
-  template dash_status dash::hopper::fwd::run<HDIM, DTYPE>(dash::kernels::FwdLaunch const&, std::string&); \
-  template int dash::hopper::fwd::smem_bytes<HDIM, DTYPE>();
+// One (head dims, dtype) of the forward: what each generated instantiation file expands.
+#define DASH_INSTANTIATE_HOPPER_FWD(HDIM, HDIM_V, DTYPE)                                                             \
+  template dash_status dash::hopper::fwd::run<HDIM, HDIM_V, DTYPE>(dash::kernels::FwdLaunch const&, std::string&); \
+  template int dash::hopper::fwd::smem_bytes<HDIM, HDIM_V, DTYPE>();
