@@ -17,15 +17,37 @@ set_tests_properties(cli.named_planner_too_few_ctas PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "needs? 16 co-resident CTAs")
 add_test(NAME cli.check_cpu COMMAND dash-attn check --seqlen 300 --heads 2 --hdim 64 --causal --device cpu --runs 3)
 set_tests_properties(cli.check_cpu PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "all runs bitwise identical")
-# Head dims the kernels are not built for: refused, except for plan / simulate studies with --any-hdim.
+# Head dims the kernels are not built for: refused, except for plan / simulate studies with --any-hdim. The list is the
+# kernel table's (head_dim, head_dim_v) pairs, a pair written --hdim/--hdim-v.
 add_test(NAME cli.hdim_not_built COMMAND dash-attn plan --hdim 72 --seqlen 256)
 set_tests_properties(cli.hdim_not_built PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "--hdim: 72 is not a head dim the kernels are built for \\(64, 128\\); pass --any-hdim")
+  PASS_REGULAR_EXPRESSION "--hdim: 72 is not a head dim the kernels are built for [(]64, 96, 128, 192/128 and 256[)]; pass --any-hdim")
 add_test(NAME cli.any_hdim COMMAND dash-attn simulate --hdim 72 --any-hdim --seqlen 1024 --heads 2)
 set_tests_properties(cli.any_hdim PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "hdim 72")
-add_test(NAME cli.check_hdim_not_built COMMAND dash-attn check --hdim 256 --seqlen 64 --device cpu)
+add_test(NAME cli.check_hdim_not_built COMMAND dash-attn check --hdim 80 --seqlen 64 --device cpu)
 set_tests_properties(cli.check_hdim_not_built PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "--hdim: 256 is not a head dim the kernels are built for")
+  PASS_REGULAR_EXPRESSION "--hdim: 80 is not a head dim the kernels are built for")
+# --hdim-v: the value head dim (MLA-style 192/128). A pair of the table plans and simulates (the backward tiles of a
+# forward-only row are the rule's, 64 x 128); another value head dim is refused naming --hdim-v.
+add_test(NAME cli.plan_hdim_v COMMAND dash-attn plan --hdim 192 --hdim-v 128 --seqlen 300 --heads 2 --causal --items 2)
+set_tests_properties(cli.plan_hdim_v PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "problem +batch 1, heads 2, seqlen 300, hdim 192 [(]v 128[)], causal.*tiles +64x128: 5 Q tiles, 3 KV tiles")
+add_test(NAME cli.simulate_hdim_v COMMAND dash-attn simulate --hdim 256 --seqlen 1024 --heads 2)
+set_tests_properties(cli.simulate_hdim_v PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "hdim 256, full; tiles 64x128")
+add_test(NAME cli.hdim_v_not_built COMMAND dash-attn plan --hdim 192 --seqlen 256)
+set_tests_properties(cli.hdim_v_not_built PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "--hdim-v: 192 is not built with --hdim 192 [(]the kernels' pairs: 64, 96, 128, 192/128 and 256[)]")
+add_test(NAME cli.hdim_v_zero COMMAND dash-attn plan --hdim-v 0)
+set_tests_properties(cli.hdim_v_zero PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "--hdim-v: must be >= 1, got 0")
+# check: the CPU backend runs the backward at every row (a float reference); the GPU's needs the row's backward kernel,
+# refused before anything is allocated.
+add_test(NAME cli.check_cpu_hdim_v COMMAND dash-attn check --hdim 192 --hdim-v 128 --seqlen 70 --heads 2 --causal
+                                           --device cpu --runs 2)
+set_tests_properties(cli.check_cpu_hdim_v PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "hdim 192 [(]v 128[)], causal.*all runs bitwise identical")
+add_test(NAME cli.check_forward_only_on_gpu COMMAND dash-attn check --hdim 256 --seqlen 64 --device cuda)
+set_tests_properties(cli.check_forward_only_on_gpu PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "--hdim: 256 has a forward kernel only in this build [(]the backward at head dims 192/128 and 256 is not built yet")
 # Limits before work: an impossible size is refused at once, naming the limit (the planner never runs:
 # PlanLimits.AnImpossibleSizeIsRefusedBeforeAnyPlannerRuns).
 add_test(NAME cli.plan_limits COMMAND dash-attn plan --seqlen 10000000)

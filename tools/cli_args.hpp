@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dash/kernel_table.hpp"
 #include "dash/plan.hpp"
 
 namespace dash::cli {
@@ -27,11 +28,8 @@ struct OptionSpec {
   std::string help;
 };
 
-inline std::string head_dims_text() {
-  std::string dims;
-  for (int32_t d : dash::kernel_head_dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-  return dims;
-}
+// The kernel table's (head dim, value head dim) pairs, "64, 96, 128, 192/128 and 256" (a pair as --hdim/--hdim-v).
+inline std::string head_dims_text() { return dash::kernel_pairs_text(); }
 
 // Every option of every command, in help order.
 inline const std::vector<OptionSpec>& all_options() {
@@ -41,7 +39,10 @@ inline const std::vector<OptionSpec>& all_options() {
       {"--heads-kv", "N", "shape", "KV heads, dividing --heads (default: --heads)"},
       {"--seqlen", "N", "shape", "query length (default 8192)"},
       {"--seqlen-k", "N", "shape", "key length (default: --seqlen)"},
-      {"--hdim", "N", "shape", "head dim (default 128): one the kernels are built for (" + head_dims_text() + ")"},
+      {"--hdim", "N", "shape", "head dim of q and k (default 128); with --hdim-v, a pair the kernels are built for:\n" +
+       head_dims_text() + " (--hdim/--hdim-v; the backward at " +
+       dash::kernel_pairs_text(dash::KernelRows::WithBackward) + " only)"},
+      {"--hdim-v", "N", "shape", "head dim of v, o, dO and dV (default: --hdim; MLA-style 192/128: --hdim 192 --hdim-v 128)"},
       {"--any-hdim", "", "shape", "any head dim (studies: the planner and simulator take it; the kernels do not)"},
       {"--mask", "M", "shape", "full | causal | window (default full)"},
       {"--causal", "", "shape", "short for --mask causal"},
@@ -94,8 +95,8 @@ inline std::vector<std::string> joined(std::vector<std::string> a, const std::ve
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
-inline const std::vector<std::string> kShape = {"--batch", "--heads",  "--heads-kv", "--seqlen", "--seqlen-k",
-                                                "--hdim",  "--mask",   "--causal",   "--window"};
+inline const std::vector<std::string> kShape = {"--batch", "--heads", "--heads-kv", "--seqlen", "--seqlen-k",
+                                                "--hdim",  "--hdim-v", "--mask",    "--causal",   "--window"};
 inline const std::vector<std::string> kTiles = {"--block-m", "--block-n", "--gqa"};
 inline const std::vector<std::string> kCost = {"--cost", "--c", "--r", "--latency", "--overlap"};
 } // namespace detail
@@ -330,10 +331,19 @@ inline Shape parse_shape(Args& args, bool studies) {
   p.seqlen_q = args.integer("--seqlen", 8192);
   p.seqlen_k = args.integer("--seqlen-k", p.seqlen_q);
   p.head_dim = args.integer("--hdim", 128);
-  const auto& built = dash::kernel_head_dims();
-  if (!(studies && args.has("--any-hdim")) && std::find(built.begin(), built.end(), p.head_dim) == built.end())
-    throw Error("--hdim", std::to_string(p.head_dim) + " is not a head dim the kernels are built for (" +
-                              head_dims_text() + ")" + (studies ? "; pass --any-hdim to plan or simulate it anyway" : ""));
+  // 0 (the C ABI's "equal to head_dim") unless --hdim-v names another value head dim.
+  const int32_t head_dim_v = args.integer("--hdim-v", p.head_dim);
+  p.head_dim_v = head_dim_v == p.head_dim ? 0 : head_dim_v;
+  if (!(studies && args.has("--any-hdim")) && dash::kernel_table_row(p.head_dim, p.head_dim_v).head_dim == 0) {
+    const std::string anyway = studies ? "; pass --any-hdim to plan or simulate it anyway" : "";
+    bool head_dim_built = false;
+    for (const dash::KernelTableRow& row : dash::kKernelTable) head_dim_built |= row.head_dim == p.head_dim;
+    if (!head_dim_built)
+      throw Error("--hdim", std::to_string(p.head_dim) + " is not a head dim the kernels are built for (" +
+                                head_dims_text() + ")" + anyway);
+    throw Error("--hdim-v", std::to_string(head_dim_v) + " is not built with --hdim " + std::to_string(p.head_dim) +
+                                " (the kernels' pairs: " + head_dims_text() + ")" + anyway);
+  }
   if (auto m = args.value("--mask")) p.mask = dash::parse_mask(*m);
   if (args.has("--causal")) p.mask = dash::Mask::Causal;
   if (auto w = args.value("--window")) {

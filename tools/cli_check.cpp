@@ -52,10 +52,17 @@ void require(dash_status status, const char* call) {
   if (status != DASH_OK) throw Error(call, dash_last_error());
 }
 
-// Dense (batch, seqlen, heads, head_dim) strides in elements.
-dash_tensor dense(void* data, const Problem& p, bool keys) {
+// Dense (batch, seqlen, heads, head_dim) strides in elements: query or key rows, of q and k's head dim or (value)
+// of v, o, dO and dV's.
+dash_tensor dense(void* data, const Problem& p, bool keys, bool value = false) {
   const int64_t heads = keys ? p.heads_kv : p.heads_q, seqlen = keys ? p.seqlen_k : p.seqlen_q;
-  return {data, seqlen * heads * p.head_dim, heads * p.head_dim, p.head_dim};
+  const int64_t d = value ? p.value_head_dim() : p.head_dim;
+  return {data, seqlen * heads * d, heads * d, d};
+}
+
+// Elements of a dense tensor of query or key rows with head dim `d`.
+size_t elements(const Problem& p, bool keys, int64_t d) {
+  return size_t(p.batch) * size_t(keys ? p.seqlen_k * int64_t(p.heads_kv) : p.seqlen_q * int64_t(p.heads_q)) * size_t(d);
 }
 
 struct RandomInputs {
@@ -65,17 +72,16 @@ struct RandomInputs {
 RandomInputs random_inputs(const Problem& p, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  auto fill = [&](bool keys) {
-    std::vector<float> x(size_t(p.batch) * (keys ? p.seqlen_k * int64_t(p.heads_kv) : p.seqlen_q * int64_t(p.heads_q)) *
-                         p.head_dim);
+  auto fill = [&](bool keys, int64_t d) {
+    std::vector<float> x(elements(p, keys, d));
     for (float& e : x) e = normal(rng);
     return x;
   };
   RandomInputs in;
-  in.q = fill(false);
-  in.k = fill(true);
-  in.v = fill(true);
-  in.d_o = fill(false);
+  in.q = fill(false, p.head_dim);
+  in.k = fill(true, p.head_dim);
+  in.v = fill(true, p.value_head_dim());
+  in.d_o = fill(false, p.value_head_dim());
   return in;
 }
 
@@ -86,19 +92,20 @@ struct RunHashes {
 std::vector<RunHashes> check_on_cpu(const Problem& p, const std::string& schedule, int32_t gqa_mode, int runs,
                                     uint32_t seed, std::string& planner) {
   RandomInputs in = random_inputs(p, seed);
-  std::vector<float> o(in.q.size()), lse(size_t(p.batch) * p.heads_q * p.seqlen_q);
+  std::vector<float> o(in.d_o.size()), lse(size_t(p.batch) * p.heads_q * p.seqlen_q);
   std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
   const dash_problem cp = p.to_c();
   dash_fwd_args fwd{cp, DASH_DTYPE_FP32, dense(in.q.data(), p, false), dense(in.k.data(), p, true),
-                    dense(in.v.data(), p, true), dense(o.data(), p, false), lse.data(), 0.f};
+                    dense(in.v.data(), p, true, true), dense(o.data(), p, false, true), lse.data(), 0.f};
   require(dash_cpu_fwd(&fwd), "dash_cpu_fwd");
   void* blob = nullptr;
   size_t blob_bytes = 0;
   require(dash_plan_build_host(&cp, schedule.c_str(), 132, gqa_mode, &blob, &blob_bytes),
           "dash_plan_build_host");
   planner = planner_name(static_cast<Planner>(static_cast<const dash_plan_header*>(blob)->planner));
-  dash_bwd_args bwd{cp, DASH_DTYPE_FP32, fwd.q, fwd.k, fwd.v, fwd.o, dense(in.d_o.data(), p, false), lse.data(),
-                    dense(dq.data(), p, false), dense(dk.data(), p, true), dense(dv.data(), p, true), 0.f, nullptr};
+  dash_bwd_args bwd{cp,         DASH_DTYPE_FP32, fwd.q, fwd.k, fwd.v, fwd.o, dense(in.d_o.data(), p, false, true),
+                    lse.data(),  dense(dq.data(), p, false), dense(dk.data(), p, true),
+                    dense(dv.data(), p, true, true), 0.f, nullptr};
   std::vector<RunHashes> hashes;
   for (int run = 0; run < runs; ++run) {
     const dash_status status = dash_cpu_bwd(&bwd, blob, blob_bytes);
@@ -166,12 +173,12 @@ std::vector<RunHashes> check_on_gpu(const Problem& p, const std::string& schedul
     return buffer;
   };
   const auto q = upload(in.q), k = upload(in.k), v = upload(in.v), d_o = upload(in.d_o);
-  DeviceBuffer o(in.q.size() * 2), dq(in.q.size() * 2), dk(in.k.size() * 2), dv(in.v.size() * 2);
+  DeviceBuffer o(in.d_o.size() * 2), dq(in.q.size() * 2), dk(in.k.size() * 2), dv(in.v.size() * 2);
   DeviceBuffer lse(size_t(p.batch) * p.heads_q * p.seqlen_q * 4);
 
   const dash_problem cp = p.to_c();
-  dash_fwd_args fwd{cp, dtype, dense(q->get(), p, false), dense(k->get(), p, true), dense(v->get(), p, true),
-                    dense(o.get(), p, false), static_cast<float*>(lse.get()), 0.f};
+  dash_fwd_args fwd{cp, dtype, dense(q->get(), p, false), dense(k->get(), p, true), dense(v->get(), p, true, true),
+                    dense(o.get(), p, false, true), static_cast<float*>(lse.get()), 0.f};
   DeviceBuffer fwd_workspace(dash_fwd_workspace_size(&fwd));
   require(dash_fwd(&fwd, fwd_workspace.get(), fwd_workspace.bytes(), nullptr), "dash_fwd");
   dash_plan_t plan = nullptr;
@@ -180,9 +187,9 @@ std::vector<RunHashes> check_on_gpu(const Problem& p, const std::string& schedul
   size_t blob_bytes = 0;
   require(dash_plan_blob(plan, &blob, &blob_bytes), "dash_plan_blob");
   planner = planner_name(static_cast<Planner>(static_cast<const dash_plan_header*>(blob)->planner));
-  dash_bwd_args bwd{cp, dtype, fwd.q, fwd.k, fwd.v, fwd.o, dense(d_o->get(), p, false),
+  dash_bwd_args bwd{cp, dtype, fwd.q, fwd.k, fwd.v, fwd.o, dense(d_o->get(), p, false, true),
                     static_cast<const float*>(lse.get()), dense(dq.get(), p, false), dense(dk.get(), p, true),
-                    dense(dv.get(), p, true), 0.f, nullptr};
+                    dense(dv.get(), p, true, true), 0.f, nullptr};
   const size_t workspace_bytes = dash_bwd_workspace_size(&bwd, plan);
   if (workspace_bytes == 0) require(DASH_ERROR_INVALID_ARGUMENT, "dash_bwd_workspace_size");
   DeviceBuffer workspace(workspace_bytes);
@@ -229,9 +236,13 @@ uint64_t host_memory_limit() {
 // backend's fp32 dK/dV accumulators; on the GPU path the 16-bit staging copies instead. The plan blob is
 // bounded by the plan limits already checked.
 uint64_t check_host_bytes(const Problem& p, bool on_cpu) {
+  // Query rows and key rows, of the q / k head dim and of the value head dim (v, o, dO, dV).
   const uint64_t q = uint64_t(p.batch) * p.seqlen_q * p.heads_q * p.head_dim;
   const uint64_t k = uint64_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim;
-  return on_cpu ? 4 * (4 * q + 6 * k) : 4 * (2 * q + 2 * k) + 2 * (q + k);
+  const uint64_t qv = uint64_t(p.batch) * p.seqlen_q * p.heads_q * p.value_head_dim();
+  const uint64_t kv = uint64_t(p.batch) * p.seqlen_k * p.heads_kv * p.value_head_dim();
+  // CPU: q, dq, o, dO; k, v, dk, dv and the dK / dV accumulators. GPU: fp32 q, k, v, dO, and the 16-bit staging.
+  return on_cpu ? 4 * (2 * q + 2 * qv + 3 * k + 3 * kv) : 4 * (q + qv + k + kv) + 2 * (q + k);
 }
 
 } // namespace
@@ -250,8 +261,9 @@ int cmd_check(Args& args) {
   // The kernels' tile shape: check does not take --block-m or --block-n.
   // Limits before work: the kernels' and the plan format's limits, then host memory, before any planning or
   // allocation.
+  // The GPU needs the pair's backward kernel; the CPU backend runs the backward at every row of the table.
   const dash_problem limits_problem = s.problem.to_c();
-  if (dash_check_problem(&limits_problem, 1) != DASH_OK) {
+  if (dash_check_problem(&limits_problem, device == "cpu" ? DASH_CHECK_CPU_BACKWARD : DASH_CHECK_BACKWARD) != DASH_OK) {
     // "problem.<field>: ...": main reports the field as the flag that sets it.
     const std::string message = dash_last_error();
     const size_t colon = message.find(": ");

@@ -339,6 +339,7 @@ const std::map<std::string, std::string>& flags_of_fields() {
   static const std::map<std::string, std::string> flags = {
       {"batch", "--batch"},       {"heads_q", "--heads"},         {"heads_kv", "--heads-kv"},
       {"seqlen_q", "--seqlen"},   {"seqlen_k", "--seqlen-k"},     {"head_dim", "--hdim"},
+      {"head_dim_v", "--hdim-v"},
       {"window", "--window"},     {"window_left", "--window L"}, {"window_right", "--window R"},
       {"mask", "--mask"},         {"mask_kind", "--mask"},        {"block_m", "--block-m"},
       {"block_n", "--block-n"},   {"num_ctas", "--ctas"},         {"schedule", "--schedule"},

@@ -32,6 +32,7 @@
 #include <tuple>
 #include <vector>
 
+#include "dash/kernel_table.hpp"
 #include "dash/plan.hpp"
 #include "dash/simulator.hpp"
 
@@ -201,7 +202,18 @@ Problem row_problem(Mask mask, int32_t head_dim, int32_t group, int32_t seqlen_q
   return p;
 }
 
-// The grid: both masks, the kernels' head dims, groups 1-8, sequence lengths 64-16384 tokens with seqlen_q /
+// The head dims of the backward kernels (the table's rows with a backward, all of them with head_dim_v = head_dim):
+// auto ranks backward plans, and a forward-only row has no backward for them to run on. Auto serves any other head
+// dim from the nearest of these rows.
+std::vector<int32_t> backward_head_dims() {
+  std::vector<int32_t> dims;
+  for (const dash::KernelTableRow& row : dash::kKernelTable)
+    if (dash::has_backward(row)) dims.push_back(row.head_dim);
+  std::sort(dims.begin(), dims.end());
+  return dims;
+}
+
+// The grid: both masks, the backward kernels' head dims, groups 1-8, sequence lengths 64-16384 tokens with seqlen_q /
 // seqlen_k within a factor of 4, then 32768-131072 tokens with seqlen_q = seqlen_k (extrapolated, above). Longer
 // sequences take the 131072 rows, and plan_for still skips a candidate whose wave does not fit. The long rows come
 // last so that adding them kept the indices (and shards) of the others.
@@ -209,14 +221,14 @@ std::vector<Problem> grid_shapes() {
   std::vector<Problem> shapes;
   const std::vector<int32_t> lengths = {64, 128, 256, 512, 1024, 2048, 4096, 8192, kLongestSimulated};
   for (Mask mask : {Mask::Full, Mask::Causal})
-    for (int32_t head_dim : dash::kernel_head_dims())
+    for (int32_t head_dim : backward_head_dims())
       for (int32_t group : {1, 2, 4, 8})
         for (size_t iq = 0; iq < lengths.size(); ++iq)
           for (size_t ik = 0; ik < lengths.size(); ++ik)
             if (std::abs(int(iq) - int(ik)) <= 2)
               shapes.push_back(row_problem(mask, head_dim, group, lengths[iq], lengths[ik]));
   for (Mask mask : {Mask::Full, Mask::Causal})
-    for (int32_t head_dim : dash::kernel_head_dims())
+    for (int32_t head_dim : backward_head_dims())
       for (int32_t group : {1, 2, 4, 8})
         for (int32_t length : {32768, 65536, 131072}) shapes.push_back(row_problem(mask, head_dim, group, length, length));
   return shapes;

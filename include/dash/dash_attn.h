@@ -7,7 +7,14 @@
  * Forward: O = softmax(Q K^T * softmax_scale + mask) V and LSE = log(sum_j exp(Q_i . K_j * scale)) per row.
  *
  * Tensors are (batch, seqlen, heads, head_dim) with arbitrary batch / seq / head strides, counted in
- * ELEMENTS, and a contiguous last dimension (stride 1). The kernels load and store through the Hopper TMA
+ * ELEMENTS, and a contiguous last dimension (stride 1). Two head dims: q and k (and dq, dk) have
+ * dash_problem.head_dim columns; v, o, dout and dv have dash_problem.head_dim_v (0: equal to head_dim). They differ
+ * only in MLA-style (DeepSeek) shapes: head_dim 192, head_dim_v 128.
+ *
+ * Head dims (dash/kernel_table.hpp, one row per (head_dim, head_dim_v) pair; dash_kernel_rows lists them): the
+ * forward for 64, 96, 128, 256 and 192 / 128; the backward for 64, 96 and 128 (256 and 192 / 128 have a forward
+ * kernel only for now: a backward or a differentiated call there is refused, DASH_ERROR_UNSUPPORTED naming
+ * problem.head_dim). The CPU backend runs both passes for every row. The kernels load and store through the Hopper TMA
  * engine, which needs every base pointer 16-byte aligned and every stride a multiple of 16 bytes (8 bf16 /
  * fp16 elements). For a dimension of size 1 the stride is never used and may be anything.
  *
@@ -63,17 +70,18 @@ typedef struct dash_tensor {
 } dash_tensor;
 
 typedef struct dash_fwd_args {
-  dash_problem problem; /* batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, mask_kind */
+  dash_problem problem; /* batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, mask_kind, window, head_dim_v */
   dash_dtype dtype;     /* of q, k, v and o alike */
   dash_tensor q;        /* [batch, seqlen_q, heads_q,  head_dim] */
   dash_tensor k;        /* [batch, seqlen_k, heads_kv, head_dim] */
-  dash_tensor v;        /* [batch, seqlen_k, heads_kv, head_dim] */
-  dash_tensor o;        /* [batch, seqlen_q, heads_q,  head_dim], written */
+  dash_tensor v;        /* [batch, seqlen_k, heads_kv, head_dim_v] */
+  dash_tensor o;        /* [batch, seqlen_q, heads_q,  head_dim_v], written */
   float* lse;           /* [batch, heads_q, seqlen_q] fp32, contiguous, written; natural log */
-  float softmax_scale;  /* > 0 and finite; 0 selects the default 1 / sqrt(head_dim) */
+  float softmax_scale;  /* > 0 and finite; 0 selects the default 1 / sqrt(head_dim) (q and k's head dim) */
 } dash_fwd_args;
 
-/* Head dims the forward kernel is built for, in increasing order, terminated by 0. */
+/* Head dims the forward kernel is built for with head_dim_v = head_dim, in increasing order, terminated by 0 (as
+ * dash_supported_head_dims; 0 alone in a build without CUDA). dash_kernel_rows lists every pair, 192 / 128 too. */
 const int32_t* dash_fwd_supported_head_dims(void);
 
 /* Bytes of device workspace dash_fwd needs for these arguments (16 today, whatever the problem). Only `problem`
@@ -102,7 +110,9 @@ dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspac
  * dash_bwd launches 3 kernels and up to 2 cudaMemsetAsync on the stream, allocates nothing and does not
  * synchronise (CUDA-graph capturable). Deterministic mode adds every dQ partial in the plan's order, so the
  * gradients are bitwise reproducible; deterministic = 0 adds them in arrival order (faster, not reproducible).
- * Head dims 64, 96 and 128 (dash_supported_head_dims), FULL, CAUSAL and WINDOW masks, bf16 and fp16. */
+ * Head dims 64, 96 and 128 (the rows of dash_kernel_rows with backward = 1; 256 and 192 / 128 are pending:
+ * dash_plan_create refuses them, DASH_ERROR_UNSUPPORTED naming problem.head_dim), FULL, CAUSAL and WINDOW masks,
+ * bf16 and fp16. */
 
 typedef struct dash_plan_s* dash_plan_t;
 
@@ -134,14 +144,14 @@ typedef struct dash_bwd_args {
   dash_dtype dtype;     /* of q, k, v, o, dout, dq, dk, dv alike */
   dash_tensor q;        /* [batch, seqlen_q, heads_q,  head_dim] */
   dash_tensor k;        /* [batch, seqlen_k, heads_kv, head_dim] */
-  dash_tensor v;        /* [batch, seqlen_k, heads_kv, head_dim] */
-  dash_tensor o;        /* [batch, seqlen_q, heads_q,  head_dim], the forward's output */
-  dash_tensor dout;     /* [batch, seqlen_q, heads_q,  head_dim] */
+  dash_tensor v;        /* [batch, seqlen_k, heads_kv, head_dim_v] */
+  dash_tensor o;        /* [batch, seqlen_q, heads_q,  head_dim_v], the forward's output */
+  dash_tensor dout;     /* [batch, seqlen_q, heads_q,  head_dim_v] */
   const float* lse;     /* [batch, heads_q, seqlen_q] fp32, contiguous, as dash_fwd writes it */
   dash_tensor dq;       /* [batch, seqlen_q, heads_q,  head_dim], written */
   dash_tensor dk;       /* [batch, seqlen_k, heads_kv, head_dim], written */
-  dash_tensor dv;       /* [batch, seqlen_k, heads_kv, head_dim], written */
-  float softmax_scale;  /* > 0 and finite; 0 selects the default 1 / sqrt(head_dim) */
+  dash_tensor dv;       /* [batch, seqlen_k, heads_kv, head_dim_v], written */
+  float softmax_scale;  /* > 0 and finite; 0 selects the default 1 / sqrt(head_dim) (q and k's head dim) */
   /* Testing only, normally NULL. Else int64[batch * heads_q * num_q_tiles * num_kv_tiles]: in deterministic
    * mode, when the contribution of (ticket, visit) to dQ accumulator (b, h, q_tile) acquires its turn, the
    * kernel writes (ticket << 32 | visit) at [((b * heads_q + h) * num_q_tiles + q_tile) * num_kv_tiles + rank]. */
@@ -166,8 +176,8 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
 /* ---- Packed variable-length sequences (varlen) ---------------------------------------------------------
  *
  * A pack holds `batch` sequences of different lengths back to back, as flash-attn's varlen API takes them:
- * q, dout, o, dq are [total_q, heads_q, head_dim], k, v, dk, dv are [total_k, heads_kv, head_dim] (batch_stride
- * unused), and sequence s holds query rows [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and key rows
+ * q, dq are [total_q, heads_q, head_dim], dout, o [total_q, heads_q, head_dim_v], k, dk are [total_k, heads_kv,
+ * head_dim], v, dv [total_k, heads_kv, head_dim_v] (batch_stride unused), and sequence s holds query rows [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and key rows
  * [cu_seqlens_k[s], cu_seqlens_k[s + 1]); lengths may differ between q and k and may be 0. The mask applies per
  * sequence (causal aligned bottom-right per sequence). LSE is [heads_q, total_q] fp32, contiguous.
  *
@@ -224,7 +234,9 @@ void dash_plan_free_host(void* blob);
 
 /* The CPU backend: fp32 HOST tensors (dtype DASH_DTYPE_FP32), same layouts and LSE convention as the GPU
  * calls. dash_cpu_bwd follows the plan's visit and accumulation orders (its bits are not the GPU's). Slow:
- * for tests and small problems. */
+ * for tests and small problems. It takes the GPU's head dims and limits, and runs the backward for every row of the
+ * kernel table, the forward-only ones (256, 192 / 128) too: it is a float reference and needs no backward kernel
+ * (dash_check_problem with DASH_CHECK_CPU_BACKWARD says whether it can run a problem). */
 dash_status dash_cpu_fwd(const dash_fwd_args* args);
 dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_t plan_bytes);
 
@@ -238,20 +250,46 @@ dash_status dash_cpu_bwd_varlen(const dash_bwd_args* args, dash_pack_t pack, con
  * planner's), terminated by NULL. Bindings list these instead of spelling them again. */
 const char* const* dash_schedule_names(void);
 
-/* Head dims the kernels are built for, ascending, terminated by 0, in every build (with or without CUDA).
- * The GPU entry points and dash_cpu_fwd / dash_cpu_bwd accept exactly these, with dash_problem.head_dim_v 0 or equal
- * to head_dim (a different value head dim is refused, DASH_ERROR_UNSUPPORTED naming problem.head_dim_v). */
+/* Head dims the kernels are built for with head_dim_v = head_dim (dash_problem.head_dim_v 0 or equal to head_dim),
+ * ascending, terminated by 0, in every build (with or without CUDA): 64, 96, 128, 256. Rows of two head dims
+ * (192 / 128) are not listed here: dash_kernel_rows lists every row. */
 const int32_t* dash_supported_head_dims(void);
 
+/* One row of the kernel table (dash/kernel_table.hpp): a (head_dim, head_dim_v) pair, and whether this library has
+ * its forward (always 1) and its backward kernel (0: the GPU backward is refused; the CPU backend runs it). */
+typedef struct dash_kernel_row {
+  int32_t head_dim;   /* of q and k */
+  int32_t head_dim_v; /* of v, o, dout, dv (equal to head_dim but for MLA-style rows) */
+  int32_t forward;    /* 1: dash_fwd runs the pair */
+  int32_t backward;   /* 1: dash_plan_create / dash_bwd run the pair; 0: forward only */
+} dash_kernel_row;
+
+/* The kernel table's rows, in table order, terminated by a row with head_dim 0; the same in every build (a build
+ * without CUDA runs them on the CPU backend only). The GPU entry points and the CPU backend accept exactly these
+ * pairs. Bindings list these instead of spelling them again. */
+const dash_kernel_row* dash_kernel_rows(void);
+
+/* What dash_check_problem checks a problem for (its needs_backward argument). */
+typedef enum dash_check_pass {
+  DASH_CHECK_FORWARD = 0,     /* the forward, on the GPU or the CPU backend */
+  DASH_CHECK_BACKWARD = 1,    /* the forward and the GPU backward: the pair's row must have a backward kernel */
+  DASH_CHECK_CPU_BACKWARD = 2 /* the forward and the CPU backend's backward: every limit of the GPU's, every row */
+} dash_check_pass;
+
 /* Checks from the shape alone, before any planning or allocation, that this library can run `problem`:
- * its fields, the head dim, the mask, and every size limit of the forward kernel and, with needs_backward = 1,
- * of the backward (plan format: 16-bit tile indices, at most 2^28 tile pairs per unit; 32-bit ticket counter;
- * at most 65535 (batch, query head) pairs). The answer is the same on CPU and GPU and needs no device.
+ * its fields, the (head_dim, head_dim_v) pair (a row of dash_kernel_rows; else DASH_ERROR_UNSUPPORTED naming
+ * problem.head_dim, or problem.head_dim_v when a row has the head dim with another value head dim, and listing the
+ * pairs), the mask, and every size limit of the forward kernel and, with needs_backward = DASH_CHECK_BACKWARD or
+ * DASH_CHECK_CPU_BACKWARD, of the backward (plan format: 16-bit tile indices, at most 2^28 tile pairs per unit;
+ * 32-bit ticket counter; at most 65535 (batch, query head) pairs). DASH_CHECK_BACKWARD also refuses a row without a
+ * backward kernel (DASH_ERROR_UNSUPPORTED naming problem.head_dim: "256 has a forward kernel only in this build
+ * ..."). The answer is the same on CPU and GPU and needs no device.
  * DASH_OK, or an error whose message (dash_last_error) names the field and the limit. */
 dash_status dash_check_problem(const dash_problem* problem, int32_t needs_backward);
 
 /* FLOPs of the forward (backward = 0) or backward (backward = 1) pass over `problem`, as every dash-attn
- * benchmark counts them (dash::attention_flops): 4 * head_dim per (query, key) pair per (batch, query head),
+ * benchmark counts them (dash::attention_flops): 2 * (head_dim + head_dim_v) (4 * head_dim when they are equal) per
+ * (query, key) pair per (batch, query head),
  * counting all pairs for the full mask, exactly half for causal with seqlen_q = seqlen_k, and the unmasked pairs
  * exactly otherwise; the backward is 2.5 x the forward. 0 for an invalid problem (dash_last_error says why). */
 double dash_attention_flops(const dash_problem* problem, int32_t backward);
@@ -265,7 +303,8 @@ int64_t dash_planner_runs(void);
 int dash_cuda_available(void);
 
 /* sizeof the named ABI struct ("dash_problem", "dash_tensor", "dash_fwd_args", "dash_bwd_args",
- * "dash_plan_header"), 0 for an unknown name: bindings check their mirrors against it. */
+ * "dash_plan_header", "dash_pack_sequence", "dash_kernel_row"), 0 for an unknown name: bindings check their mirrors
+ * against it. */
 size_t dash_abi_struct_size(const char* name);
 
 /* ---- end of host API -------------------------------------------------------------------------------- */

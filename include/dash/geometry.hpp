@@ -57,7 +57,10 @@ struct TileShape {
 };
 
 // The tile shape the dash-attn backward kernels use for a head dim; planners default to it so that plans
-// match the kernels. (Kernels check the plan's tile shape against their own and refuse a mismatch.)
+// match the kernels. (Kernels check the plan's tile shape against their own and refuse a mismatch.) A head dim
+// without a backward kernel (any head dim of a study, and the table's forward-only rows 256 and 192 / 128) gets the
+// table's rule, 128 x 128 up to head dim 64 and 64 x 128 above, so that plans can still be built and simulated (and
+// the CPU backend, which runs every row, follows them).
 TileShape default_backward_tiles(int32_t head_dim);
 
 // FLOPs of one attention pass over `p`, the one definition every benchmark uses (shared/docs/benchmark-protocol.md): the
@@ -69,9 +72,19 @@ TileShape default_backward_tiles(int32_t head_dim);
 enum class Pass { Forward, Backward };
 double attention_flops(const Problem& p, Pass pass);
 
-// Head dims the dash-attn kernels are built for (the rows of dash/kernel_table.hpp). The GPU entry points and
-// the CPU backend's C ABI accept exactly these (one contract); the planner and simulator take any head dim.
+// Head dims the dash-attn kernels are built for with head_dim_v == head_dim (the rows of dash/kernel_table.hpp whose
+// two head dims are equal), ascending: 64, 96, 128, 256. A row of two head dims (192 / 128) is not among them:
+// kernel_table_row(head_dim, head_dim_v) finds every row, and dash_check_problem accepts exactly the table's pairs
+// (one contract for the GPU entry points and the CPU backend). The planner and simulator take any head dim.
 const std::vector<int32_t>& kernel_head_dims();
+
+// A (head_dim, head_dim_v) pair as messages name it: "128", or "192/128" when the two differ (head_dim_v 0 means
+// head_dim).
+std::string kernel_pair_name(int32_t head_dim, int32_t head_dim_v);
+// The table's rows as messages list them, in table order: "64, 96, 128, 192/128 and 256" (All), the rows with a
+// backward kernel (WithBackward) or those with a forward kernel only (ForwardOnly).
+enum class KernelRows { All, WithBackward, ForwardOnly };
+std::string kernel_pairs_text(KernelRows which = KernelRows::All);
 
 enum class BlockKind : uint8_t { Empty, Partial, Full };
 

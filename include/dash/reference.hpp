@@ -4,6 +4,10 @@
 // inside one block are carried in double and rounded once: src/core/reference.cpp). It lets the order semantics be
 // tested without a GPU (its bits are not expected to equal the GPU's), and serves as the oracle for the GPU
 // tests. Slow by design: plain loops, no threads.
+//
+// Two head dims: q, k, dq and dk have problem.head_dim columns; v, o, dO and dv have problem.value_head_dim()
+// (MLA-style 192 / 128). Being a float reference, it runs both passes for any pair, so the C ABI's CPU backend
+// takes every row of dash/kernel_table.hpp, the rows with a forward kernel only (256, 192 / 128) included.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +16,8 @@
 
 namespace dash::reference {
 
-// A host (batch, seqlen, heads, head_dim) tensor of floats; strides in elements, head_dim contiguous.
+// A host (batch, seqlen, heads, head_dim) tensor of floats (head_dim: the tensor's own, head_dim or head_dim_v);
+// strides in elements, head_dim contiguous.
 struct Tensor {
   float* data = nullptr;
   int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
@@ -29,7 +34,7 @@ inline Tensor dense(float* data, int64_t seqlen, int64_t heads, int64_t head_dim
 void forward(const Problem& problem, float softmax_scale, const Tensor& q, const Tensor& k, const Tensor& v,
              const Tensor& o, float* lse);
 
-// dQ, dK, dV for the plan's problem. dQ tiles are summed in each accumulator's dq_rank order, dK/dV in each
+// dQ, dK, dV for the plan's problem (its header carries head_dim_v). dQ tiles are summed in each accumulator's dq_rank order, dK/dV in each
 // segment's visit order and, for SPLIT_HEADS GQA, across the group in group_head_by_rank order: the orders
 // the kernels promise: fp32 accumulators, each block's partial summed in double and rounded once.
 void backward(const Plan& plan, float softmax_scale, const Tensor& q, const Tensor& k, const Tensor& v,

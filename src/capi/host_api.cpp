@@ -12,11 +12,13 @@
 #include <vector>
 
 #include "dash/dash_attn.h"
+#include "dash/kernel_table.hpp"
 #include "dash/plan.hpp"
 #include "dash/reference.hpp"
 #include "dash/varlen.hpp"
 #include "api_error.h"
 #include "pack_handle.h"
+#include "problem_checks.h"
 
 namespace {
 
@@ -57,19 +59,43 @@ void require_fp32(dash_dtype dtype) {
     throw dash::Error("dtype", "the CPU backend takes DASH_DTYPE_FP32 host tensors (convert bf16/fp16 first)");
 }
 
-std::string head_dims_text() {
-  std::string text;
-  for (int32_t d : dash::kernel_head_dims()) text += (text.empty() ? "" : ", ") + std::to_string(d);
-  return text;
-}
-
 // CTAs the limit checks assume a backward launch may use (the ticket counter's headroom): more than any
 // current GPU has SMs.
 constexpr int32_t kMaxBackwardCtas = 1024;
 
+// What a check is for: dash_check_problem's needs_backward (dash_check_pass).
+enum class Pass { Forward = DASH_CHECK_FORWARD, Backward = DASH_CHECK_BACKWARD, CpuBackward = DASH_CHECK_CPU_BACKWARD };
+
+// The (head_dim, head_dim_v) pair has a row of the kernel table, or an error naming the field to change: head_dim
+// when no row has it, else head_dim_v (a row has the head dim, with another value head dim).
+void require_kernel_pair(const dash::Problem& p) {
+  if (dash::kernel_table_row(p.head_dim, p.head_dim_v).head_dim != 0) return;
+  const std::string supported = " (supported head_dim/head_dim_v pairs: " + dash::kernel_pairs_text() +
+                                "; one number means head_dim_v = head_dim)";
+  bool head_dim_has_a_row = false;
+  for (const dash::KernelTableRow& row : dash::kKernelTable) head_dim_has_a_row |= row.head_dim == p.head_dim;
+  if (!head_dim_has_a_row) throw dash::Error("problem.head_dim", std::to_string(p.head_dim) + " is not supported" + supported);
+  throw dash::Error("problem.head_dim_v", std::to_string(p.value_head_dim()) +
+                                              (p.head_dim_v == 0 ? " (0: equal to head_dim)" : "") +
+                                              " is not supported with head_dim " + std::to_string(p.head_dim) +
+                                              supported);
+}
+
+// The pair's row has a backward kernel (after require_kernel_pair).
+void require_backward_kernel(const dash::Problem& p) {
+  if (dash::has_backward(dash::kernel_table_row(p.head_dim, p.head_dim_v))) return;
+  throw dash::Error("problem.head_dim", dash::kernel_pair_name(p.head_dim, p.head_dim_v) +
+                                            " has a forward kernel only in this build (the backward at head dims " +
+                                            dash::kernel_pairs_text(dash::KernelRows::ForwardOnly) +
+                                            " is not built yet; the backward runs at " +
+                                            dash::kernel_pairs_text(dash::KernelRows::WithBackward) + ")");
+}
+
 // The checks of dash_check_problem, as exceptions naming "problem.<field>". `unsupported` is set when the call
-// is valid but this library cannot run it (head dim, mask), so the status can say so.
-void check_problem(const dash_problem& c, bool needs_backward, bool& unsupported) {
+// is valid but this library cannot run it (head dims, a backward kernel, size limits), so the status can say so.
+// The CPU backend's backward (Pass::CpuBackward) has every limit of the GPU's, but runs every row of the kernel table:
+// it is a float reference, and needs no backward kernel.
+void check_problem(const dash_problem& c, Pass pass, bool& unsupported) {
   unsupported = false;
   const dash::Problem p = dash::Problem::from_c(c);
   try {
@@ -77,46 +103,31 @@ void check_problem(const dash_problem& c, bool needs_backward, bool& unsupported
   } catch (const dash::Error& e) {
     throw dash::Error("problem." + e.argument(), std::string(e.what()).substr(e.argument().size() + 2));
   }
-  const auto& dims = dash::kernel_head_dims();
-  if (std::find(dims.begin(), dims.end(), p.head_dim) == dims.end()) {
-    unsupported = true;
-    throw dash::Error("problem.head_dim", std::to_string(p.head_dim) + " is not supported (supported: " +
-                                              head_dims_text() + ")");
-  }
-  // The kernels and the CPU backend take one head dim for q, k, v and o today (the ABI carries a second one for
-  // MLA-style 192 / 128 shapes: issue 16).
-  if (p.value_head_dim() != p.head_dim) {
-    unsupported = true;
-    throw dash::Error("problem.head_dim_v", std::to_string(p.head_dim_v) + " differs from head_dim " +
-                                                std::to_string(p.head_dim) +
-                                                "; this build supports only equal head dims (head_dim_v = 0 or " +
-                                                "head_dim)");
-  }
+  unsupported = true;  // every check below is of what this build can run
+  require_kernel_pair(p);
   // Forward: the persistent kernel's work-tile index is 32-bit (128-row query tiles x heads x batch), and the
   // indices its CTAs take run past the last tile by up to the grid size: half the int32 range.
   const int64_t forward_tiles = (int64_t(p.seqlen_q) + 127) / 128 * p.heads_q * p.batch;
   if (forward_tiles > INT32_MAX / 2) {
-    unsupported = true;
     throw dash::Error("problem.batch", "batch x heads_q x 128-row query tiles = " + std::to_string(forward_tiles) +
                                            " exceeds the forward's limit of 2^30 work tiles");
   }
-  if (!needs_backward) return;
+  if (pass == Pass::Forward) return;
+  if (pass == Pass::Backward) require_backward_kernel(p);
   // Backward: the preprocess grid's y dimension holds one (batch, query head) pair each.
   if (int64_t(p.batch) * p.heads_q > 65535) {
-    unsupported = true;
     throw dash::Error("problem.batch", "batch x heads_q = " + std::to_string(int64_t(p.batch) * p.heads_q) +
                                            " exceeds the backward's limit of 65535");
   }
   if (const auto v = dash::plan_limit_violation(p, {}, dash::GqaMode::SplitHeads, kMaxBackwardCtas)) {
-    unsupported = true;
     throw dash::Error("problem." + v->field, v->message);
   }
 }
 
-dash_status checked_problem(const dash_problem& c, bool needs_backward) {
+dash_status checked_problem(const dash_problem& c, Pass pass) {
   bool unsupported = false;
   try {
-    check_problem(c, needs_backward, unsupported);
+    check_problem(c, pass, unsupported);
   } catch (const dash::Error& e) {
     set_last_error(e.what());
     return unsupported ? DASH_ERROR_UNSUPPORTED : DASH_ERROR_INVALID_ARGUMENT;
@@ -159,7 +170,7 @@ dash_problem longest_sequence_problem(const dash::Pack& pack) {
 }
 
 // The common checks of the CPU varlen calls: the pack, its problem, and the library's limits.
-dash_status checked_pack_call(const dash_problem& given, dash_pack_t pack, bool needs_backward) {
+dash_status checked_pack_call(const dash_problem& given, dash_pack_t pack, Pass pass) {
   if (dash_status s = guarded([&] {
         require_pack_problem(given, pack_of(pack));
         return DASH_OK;
@@ -167,7 +178,7 @@ dash_status checked_pack_call(const dash_problem& given, dash_pack_t pack, bool 
       s != DASH_OK) {
     return s;
   }
-  return checked_problem(longest_sequence_problem(pack->pack), needs_backward);
+  return checked_problem(longest_sequence_problem(pack->pack), pass);
 }
 
 // A packed tensor's view starting at packed row `first_row`: one sequence's rows as a batch-1 tensor.
@@ -190,7 +201,7 @@ void cpu_forward_sequence(const dash::Pack& pack, const dash_pack_sequence& s, f
   const int64_t total_q = pack.total_q();
   if (s.seqlen_q == 0) return;
   if (s.seqlen_k == 0) {  // no key at all: every row sees none (O = 0, LSE = -inf), as a fully masked row
-    fill_rows(o, s.q_row, s.seqlen_q, p.heads_q, p.head_dim, 0.f);
+    fill_rows(o, s.q_row, s.seqlen_q, p.heads_q, p.value_head_dim(), 0.f);
     for (int32_t h = 0; h < p.heads_q; ++h)
       std::fill_n(lse + h * total_q + s.q_row, s.seqlen_q, -std::numeric_limits<float>::infinity());
     return;
@@ -223,7 +234,7 @@ void cpu_backward_sequence(const dash::Pack& pack, const dash_pack_sequence& s, 
   if (plan == nullptr) {
     fill_rows(t.dq, s.q_row, s.seqlen_q, p.heads_q, p.head_dim, 0.f);
     fill_rows(t.dk, s.k_row, s.seqlen_k, p.heads_kv, p.head_dim, 0.f);
-    fill_rows(t.dv, s.k_row, s.seqlen_k, p.heads_kv, p.head_dim, 0.f);
+    fill_rows(t.dv, s.k_row, s.seqlen_k, p.heads_kv, p.value_head_dim(), 0.f);
     return;
   }
   std::vector<float> sequence_lse(size_t(p.heads_q) * s.seqlen_q);
@@ -235,6 +246,28 @@ void cpu_backward_sequence(const dash::Pack& pack, const dash_pack_sequence& s, 
 }
 
 } // namespace
+
+namespace dash::capi {
+
+dash_status check_kernel_pair(const dash_problem& problem) {
+  try {
+    require_kernel_pair(dash::Problem::from_c(problem));
+  } catch (const dash::Error& e) {
+    return fail(DASH_ERROR_UNSUPPORTED, e.what());
+  }
+  return DASH_OK;
+}
+
+dash_status check_backward_kernel(const dash_problem& problem) {
+  try {
+    require_backward_kernel(dash::Problem::from_c(problem));
+  } catch (const dash::Error& e) {
+    return fail(DASH_ERROR_UNSUPPORTED, e.what());
+  }
+  return DASH_OK;
+}
+
+} // namespace dash::capi
 
 extern "C" {
 
@@ -265,7 +298,7 @@ void dash_plan_free_host(void* blob) { std::free(blob); }
 dash_status dash_cpu_fwd(const dash_fwd_args* args) {
   if (args == nullptr) return invalid("args: is NULL");
   // The GPU's contract: the same head dims, masks and limits (dash_check_problem).
-  if (dash_status s = checked_problem(args->problem, false); s != DASH_OK) return s;
+  if (dash_status s = checked_problem(args->problem, Pass::Forward); s != DASH_OK) return s;
   return guarded([&] {
     require_fp32(args->dtype);
     const dash::Problem p = dash::Problem::from_c(args->problem);
@@ -279,7 +312,8 @@ dash_status dash_cpu_fwd(const dash_fwd_args* args) {
 
 dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_t plan_bytes) {
   if (args == nullptr) return invalid("args: is NULL");
-  if (dash_status s = checked_problem(args->problem, true); s != DASH_OK) return s;
+  // The GPU's limits, for every row of the kernel table (the forward-only ones too: this is a float reference).
+  if (dash_status s = checked_problem(args->problem, Pass::CpuBackward); s != DASH_OK) return s;
   return guarded([&] {
     require_fp32(args->dtype);
     const dash::Plan plan = plan_from_blob(plan_blob, plan_bytes);
@@ -310,7 +344,7 @@ dash_status dash_pack_create(const dash_problem* problem, const int32_t* cu_seql
   dash_problem shape = *problem;
   shape.seqlen_q = shape.seqlen_k = 1;
   if (problem->batch >= 1) {  // batch < 1 is build_pack's to name
-    if (dash_status s = checked_problem(shape, false); s != DASH_OK) return s;
+    if (dash_status s = checked_problem(shape, Pass::Forward); s != DASH_OK) return s;
   }
   return guarded([&] {
     auto handle = std::make_unique<dash_pack_s>();
@@ -347,7 +381,7 @@ dash_status dash_pack_rows(dash_pack_t pack, int64_t* total_q, int64_t* total_k)
 
 dash_status dash_cpu_fwd_varlen(const dash_fwd_args* args, dash_pack_t pack) {
   if (args == nullptr) return invalid("args: is NULL");
-  if (dash_status s = checked_pack_call(args->problem, pack, false); s != DASH_OK) return s;
+  if (dash_status s = checked_pack_call(args->problem, pack, Pass::Forward); s != DASH_OK) return s;
   return guarded([&] {
     require_fp32(args->dtype);
     if (args->lse == nullptr) throw dash::Error("lse", "is NULL");
@@ -363,7 +397,7 @@ dash_status dash_cpu_fwd_varlen(const dash_fwd_args* args, dash_pack_t pack) {
 dash_status dash_cpu_bwd_varlen(const dash_bwd_args* args, dash_pack_t pack, const char* schedule, int32_t num_ctas,
                                 int32_t gqa_mode) {
   if (args == nullptr) return invalid("args: is NULL");
-  if (dash_status s = checked_pack_call(args->problem, pack, true); s != DASH_OK) return s;
+  if (dash_status s = checked_pack_call(args->problem, pack, Pass::CpuBackward); s != DASH_OK) return s;
   return guarded([&] {
     if (schedule == nullptr) throw dash::Error("schedule", "is NULL");
     if (num_ctas < 1)
@@ -403,6 +437,17 @@ const char* const* dash_schedule_names(void) {
   return names.data();
 }
 
+const dash_kernel_row* dash_kernel_rows(void) {
+  static const std::vector<dash_kernel_row> rows = [] {
+    std::vector<dash_kernel_row> r;
+    for (const dash::KernelTableRow& row : dash::kKernelTable)
+      r.push_back({row.head_dim, row.head_dim_v, 1, dash::has_backward(row) ? 1 : 0});
+    r.push_back({0, 0, 0, 0});
+    return r;
+  }();
+  return rows.data();
+}
+
 const int32_t* dash_supported_head_dims(void) {
   static const std::vector<int32_t> terminated = [] {
     std::vector<int32_t> dims = dash::kernel_head_dims();
@@ -415,10 +460,12 @@ const int32_t* dash_supported_head_dims(void) {
 dash_status dash_check_problem(const dash_problem* problem, int32_t needs_backward) {
   set_last_error("");
   if (problem == nullptr) return invalid("problem: is NULL");
-  if (needs_backward != 0 && needs_backward != 1) {
-    return invalid("needs_backward: must be 0 or 1 (got " + std::to_string(needs_backward) + ")");
+  if (needs_backward != DASH_CHECK_FORWARD && needs_backward != DASH_CHECK_BACKWARD &&
+      needs_backward != DASH_CHECK_CPU_BACKWARD) {
+    return invalid("needs_backward: must be 0 (DASH_CHECK_FORWARD), 1 (DASH_CHECK_BACKWARD) or 2 "
+                   "(DASH_CHECK_CPU_BACKWARD) (got " + std::to_string(needs_backward) + ")");
   }
-  return checked_problem(*problem, needs_backward != 0);
+  return checked_problem(*problem, static_cast<Pass>(needs_backward));
 }
 
 int64_t dash_planner_runs(void) { return dash::planner_runs(); }
@@ -452,6 +499,7 @@ size_t dash_abi_struct_size(const char* name) {
   if (n == "dash_bwd_args") return sizeof(dash_bwd_args);
   if (n == "dash_plan_header") return sizeof(dash_plan_header);
   if (n == "dash_pack_sequence") return sizeof(dash_pack_sequence);
+  if (n == "dash_kernel_row") return sizeof(dash_kernel_row);
   return 0;
 }
 

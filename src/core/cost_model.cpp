@@ -45,20 +45,21 @@ CostModel CostModel::for_problem(const Problem& problem, TileShape tiles) {
   constexpr double kBf16Bytes = 2, kFp32Bytes = 4;
 
   if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
-  const double bm = tiles.block_m, bn = tiles.block_n, d = problem.head_dim;
+  // d: of q and k (S = Q K^T, dQ, dK); dv: of v, dO and dV (dP = dO V^T, dV); equal but for MLA-style 192 / 128.
+  const double bm = tiles.block_m, bn = tiles.block_n, d = problem.head_dim, dv = problem.value_head_dim();
   const double per_sm_flops_per_us = kMeasuredMatmulFlopsPerUs / kSms * backward_efficiency;
 
   CostModel m;
-  // Backward of one block = 2.5x the forward's 4*bm*bn*d FLOPs (S, dP, dV, dK, dQ GEMMs).
-  m.compute_full = 2.5 * 4 * bm * bn * d / per_sm_flops_per_us;
+  // Backward of one block = 2.5x the forward's 2*bm*bn*(d + dv) FLOPs (S, dP, dV, dK, dQ GEMMs).
+  m.compute_full = 2.5 * 2 * bm * bn * (d + dv) / per_sm_flops_per_us;
   m.compute_partial = kPartialComputeFraction * m.compute_full;
   // One dQ tile reduce-add: bm x d fp32 values into the L2-resident accumulator.
   m.reduce = bm * d * kFp32Bytes / kPerSmBytesPerUs;
   m.signal_latency = kSignalLatencyUs;
   // Per KV tile: load K and V (bf16) and write dK and dV (bf16).
-  m.segment_overhead = 4 * bn * d * kBf16Bytes / kPerSmBytesPerUs;
+  m.segment_overhead = 2 * bn * (d + dv) * kBf16Bytes / kPerSmBytesPerUs;
   // SPLIT_HEADS GQA: ordered fp32 add of dK and dV into the group's accumulators (used only in that mode).
-  m.dkv_reduce = problem.group_size() > 1 ? 2 * bn * d * kFp32Bytes / kPerSmBytesPerUs : 0.0;
+  m.dkv_reduce = problem.group_size() > 1 ? bn * (d + dv) * kFp32Bytes / kPerSmBytesPerUs : 0.0;
   m.overlap_reduce = true; // FA3-style store warp with one staging buffer
   return m;
 }

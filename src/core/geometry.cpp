@@ -100,10 +100,11 @@ const char* mask_name(Mask mask) {
 }
 
 TileShape default_backward_tiles(int32_t head_dim) {
-  // The kernels' tiles (dash/kernel_table.hpp). Head dims without kernels (planner and simulator studies) get
-  // the table's rule: 128-row Q tiles up to head dim 64, 64-row ones above.
+  // The backward kernels' tiles (dash/kernel_table.hpp). Head dims without a backward kernel (planner and simulator
+  // studies, the CPU backend, and the rows with a forward kernel only) get the table's rule: 128-row Q tiles up to
+  // head dim 64, 64-row ones above.
   const KernelTableRow row = kernel_table_row(head_dim);
-  if (row.head_dim != 0) return {row.bwd_block_m, row.bwd_block_n};
+  if (row.head_dim != 0 && has_backward(row)) return {row.bwd_block_m, row.bwd_block_n};
   if (head_dim <= 64) return {128, 128};
   return {64, 128};
 }
@@ -111,10 +112,30 @@ TileShape default_backward_tiles(int32_t head_dim) {
 const std::vector<int32_t>& kernel_head_dims() {
   static const std::vector<int32_t> dims = [] {
     std::vector<int32_t> d;
-    for (const KernelTableRow& row : kKernelTable) d.push_back(row.head_dim);
+    for (const KernelTableRow& row : kKernelTable)
+      if (row.head_dim_v == row.head_dim) d.push_back(row.head_dim);
+    std::sort(d.begin(), d.end());
     return d;
   }();
   return dims;
+}
+
+std::string kernel_pair_name(int32_t head_dim, int32_t head_dim_v) {
+  if (head_dim_v == 0 || head_dim_v == head_dim) return std::to_string(head_dim);
+  return std::to_string(head_dim) + "/" + std::to_string(head_dim_v);
+}
+
+std::string kernel_pairs_text(KernelRows which) {
+  std::vector<std::string> names;
+  for (const KernelTableRow& row : kKernelTable) {
+    if (which == KernelRows::WithBackward && !has_backward(row)) continue;
+    if (which == KernelRows::ForwardOnly && has_backward(row)) continue;
+    names.push_back(kernel_pair_name(row.head_dim, row.head_dim_v));
+  }
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return text;
 }
 
 double attention_flops(const Problem& p, Pass pass) {

@@ -285,12 +285,12 @@ BoundPlan bound_plan(std::shared_ptr<const UnitTemplate> unit, const PlanRequest
 // Everything plan_for's resolution reads of a request: every problem field (the size limits see batch and heads),
 // the tiles (defaults applied), P, the requested GQA mode and the schedule. Not the cost model: auto-fastest, the
 // one schedule that reads it, is never memoised.
-using ResolutionKey = std::array<int32_t, 15>;
+using ResolutionKey = std::array<int32_t, 16>;
 
 ResolutionKey resolution_key(const PlanRequest& req, TileShape tiles) {
   const Problem& p = req.problem;
-  return {p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, int32_t(p.mask), p.window_left,
-          p.window_right, tiles.block_m, tiles.block_n, req.num_ctas, int32_t(req.gqa_mode),
+  return {p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, p.value_head_dim(), int32_t(p.mask),
+          p.window_left, p.window_right, tiles.block_m, tiles.block_n, req.num_ctas, int32_t(req.gqa_mode),
           int32_t(req.schedule.kind), int32_t(req.schedule.planner)};
 }
 

@@ -33,13 +33,13 @@ class BackwardContext {
                   const Tensor& o, const Tensor& d_o, const float* lse)
       : plan_(plan), problem_(plan.problem()), grid_(problem_, {plan.header.block_m, plan.header.block_n}),
         scale_(scale), q_(q), k_(k), v_(v), do_(d_o), lse_(lse) {
-    // delta_i = rowsum(dO * O), the softmax backward's correction term.
-    const int64_t d = problem_.head_dim;
+    // delta_i = rowsum(dO * O), the softmax backward's correction term (over the value head dim).
+    const int64_t dv = problem_.value_head_dim();
     delta_.resize(size_t(problem_.batch) * problem_.heads_q * problem_.seqlen_q);
     for (int32_t b = 0; b < problem_.batch; ++b)
       for (int32_t h = 0; h < problem_.heads_q; ++h)
         for (int32_t i = 0; i < problem_.seqlen_q; ++i)
-          delta_[row_index(b, h, i)] = float(dot(d_o.at(b, i, h), o.at(b, i, h), d));
+          delta_[row_index(b, h, i)] = float(dot(d_o.at(b, i, h), o.at(b, i, h), dv));
   }
 
   size_t row_index(int64_t b, int64_t h, int64_t i) const {
@@ -48,7 +48,7 @@ class BackwardContext {
 
   Block block(int32_t b, int32_t hq, int32_t q_tile, int32_t kv_tile) const {
     const int32_t hk = hq / problem_.group_size();
-    const int64_t d = problem_.head_dim;
+    const int64_t d = problem_.head_dim, dv = problem_.value_head_dim();
     Block blk;
     blk.row0 = int64_t(q_tile) * plan_.header.block_m;
     blk.rows = std::min<int64_t>(problem_.seqlen_q, blk.row0 + plan_.header.block_m) - blk.row0;
@@ -66,7 +66,7 @@ class BackwardContext {
         const int64_t j = blk.key0 + c;
         if (j < first || j > last) continue;
         const double p = std::exp(scale_ * dot(q_.at(b, i, hq), k_.at(b, j, hk), d) - lse);
-        const double dp = dot(do_.at(b, i, hq), v_.at(b, j, hk), d);
+        const double dp = dot(do_.at(b, i, hq), v_.at(b, j, hk), dv);
         blk.p[size_t(r * blk.keys + c)] = float(p);
         blk.ds[size_t(r * blk.keys + c)] = float(p * (dp - delta_[row_index(b, hq, i)]));
       }
@@ -89,8 +89,8 @@ void forward(const Problem& problem, float scale, const Tensor& q, const Tensor&
              const Tensor& o, float* lse) {
   problem.validate();
   const TileGrid grid(problem, {1, 1});
-  const int64_t d = problem.head_dim;
-  std::vector<double> s(static_cast<size_t>(problem.seqlen_k)), out_row(static_cast<size_t>(d));
+  const int64_t d = problem.head_dim, dv = problem.value_head_dim();  // of q and k; of v and o
+  std::vector<double> s(static_cast<size_t>(problem.seqlen_k)), out_row(static_cast<size_t>(dv));
   for (int32_t b = 0; b < problem.batch; ++b) {
     for (int32_t h = 0; h < problem.heads_q; ++h) {
       const int32_t hk = h / problem.group_size();
@@ -98,7 +98,7 @@ void forward(const Problem& problem, float scale, const Tensor& q, const Tensor&
         int64_t first, last;
         grid.visible_keys(i, first, last);
         float* out = o.at(b, i, h);
-        std::fill(out, out + d, 0.f);
+        std::fill(out, out + dv, 0.f);
         float& row_lse = lse[(int64_t(b) * problem.heads_q + h) * problem.seqlen_q + i];
         if (first > last) {
           row_lse = -std::numeric_limits<float>::infinity();
@@ -112,9 +112,9 @@ void forward(const Problem& problem, float scale, const Tensor& q, const Tensor&
           const double p = std::exp(s[size_t(j)] - m);
           l += p;
           const float* vj = v.at(b, j, hk);
-          for (int64_t c = 0; c < d; ++c) out_row[size_t(c)] += p * vj[c];
+          for (int64_t c = 0; c < dv; ++c) out_row[size_t(c)] += p * vj[c];
         }
-        for (int64_t c = 0; c < d; ++c) out[c] = float(out_row[size_t(c)] / l);
+        for (int64_t c = 0; c < dv; ++c) out[c] = float(out_row[size_t(c)] / l);
         row_lse = float(m + std::log(l));
       }
     }
@@ -122,18 +122,20 @@ void forward(const Problem& problem, float scale, const Tensor& q, const Tensor&
 }
 
 void backward(const Plan& plan, float scale, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
-              const Tensor& d_o, const float* lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+              const Tensor& d_o, const float* lse, const Tensor& dq, const Tensor& dk, const Tensor& dv_grad) {
   const BackwardContext ctx(plan, scale, q, k, v, o, d_o, lse);
   const Problem& p = ctx.problem_;
   const dash_plan_header& h = plan.header;
-  const int64_t d = p.head_dim, bm = h.block_m, bn = h.block_n;
+  // d: columns of q, k, dq, dk; dv: of v, o, dO, dv (equal but for MLA-style rows such as 192 / 128).
+  const int64_t d = p.head_dim, dv = p.value_head_dim(), bm = h.block_m, bn = h.block_n;
 
   // dK, dV: fp32 accumulators per (batch, KV head, key row); each segment sums its visits in plan order,
   // then adds into the accumulator — in SPLIT_HEADS mode the units of a group arrive in group-rank order
   // because units are numbered in that order.
-  std::vector<float> dk_acc(size_t(p.batch) * p.heads_kv * p.seqlen_k * d, 0.f), dv_acc(dk_acc.size(), 0.f);
-  auto acc_row = [&](std::vector<float>& acc, int64_t b, int64_t hk, int64_t j) {
-    return acc.data() + ((b * p.heads_kv + hk) * p.seqlen_k + j) * d;
+  const size_t key_rows = size_t(p.batch) * p.heads_kv * p.seqlen_k;
+  std::vector<float> dk_acc(key_rows * d, 0.f), dv_acc(key_rows * dv, 0.f);
+  auto acc_row = [&](std::vector<float>& acc, int64_t b, int64_t hk, int64_t j, int64_t width) {
+    return acc.data() + ((b * p.heads_kv + hk) * p.seqlen_k + j) * width;
   };
   // dQ: per accumulator, contributions in rank order. visits_by_rank[(head_in_unit, q_tile)][rank].
   std::vector<std::vector<std::pair<int32_t, int32_t>>> by_rank(size_t(h.heads_per_unit) * h.num_q_tiles);
@@ -144,8 +146,8 @@ void backward(const Plan& plan, float scale, const Tensor& q, const Tensor& k, c
       by_rank[size_t(vis.head_in_unit) * h.num_q_tiles + vis.q_tile][vis.dq_rank] = {seg.kv_tile, vi};
     }
 
-  std::vector<float> seg_dk(size_t(bn * d)), seg_dv(size_t(bn * d));
-  std::vector<double> visit_dk(size_t(bn * d)), visit_dv(size_t(bn * d));
+  std::vector<float> seg_dk(size_t(bn * d)), seg_dv(size_t(bn * dv));
+  std::vector<double> visit_dk(size_t(bn * d)), visit_dv(size_t(bn * dv));
   for (int32_t unit = 0; unit < h.num_units; ++unit) {
     const dash_unit_coords uc = dash_unit_coords_of(&plan.header, plan.group_head_by_rank.data(), unit);
     auto head_of = [&](const dash_visit& vis) {
@@ -169,23 +171,17 @@ void backward(const Plan& plan, float scale, const Tensor& q, const Tensor& k, c
             const double pij = blk.p[size_t(r * blk.keys + c)], dsij = blk.ds[size_t(r * blk.keys + c)];
             const float* qi = q.at(uc.batch, blk.row0 + r, hq);
             const float* doi = d_o.at(uc.batch, blk.row0 + r, hq);
-            for (int64_t e = 0; e < d; ++e) {
-              visit_dv[size_t(c * d + e)] += pij * doi[e];
-              visit_dk[size_t(c * d + e)] += dsij * qi[e];
-            }
+            for (int64_t e = 0; e < dv; ++e) visit_dv[size_t(c * dv + e)] += pij * doi[e];
+            for (int64_t e = 0; e < d; ++e) visit_dk[size_t(c * d + e)] += dsij * qi[e];
           }
-        for (size_t x = 0; x < seg_dk.size(); ++x) {
-          seg_dk[x] += float(visit_dk[x]);
-          seg_dv[x] += float(visit_dv[x]);
-        }
+        for (size_t x = 0; x < seg_dk.size(); ++x) seg_dk[x] += float(visit_dk[x]);
+        for (size_t x = 0; x < seg_dv.size(); ++x) seg_dv[x] += float(visit_dv[x]);
       }
       for (int64_t c = 0; c < keys; ++c) {
-        float* dk_row = acc_row(dk_acc, uc.batch, uc.head_kv, int64_t(seg.kv_tile) * bn + c);
-        float* dv_row = acc_row(dv_acc, uc.batch, uc.head_kv, int64_t(seg.kv_tile) * bn + c);
-        for (int64_t e = 0; e < d; ++e) {
-          dk_row[e] += seg_dk[size_t(c * d + e)];
-          dv_row[e] += seg_dv[size_t(c * d + e)];
-        }
+        float* dk_row = acc_row(dk_acc, uc.batch, uc.head_kv, int64_t(seg.kv_tile) * bn + c, d);
+        float* dv_row = acc_row(dv_acc, uc.batch, uc.head_kv, int64_t(seg.kv_tile) * bn + c, dv);
+        for (int64_t e = 0; e < d; ++e) dk_row[e] += seg_dk[size_t(c * d + e)];
+        for (int64_t e = 0; e < dv; ++e) dv_row[e] += seg_dv[size_t(c * dv + e)];
       }
     }
 
@@ -218,14 +214,12 @@ void backward(const Plan& plan, float scale, const Tensor& q, const Tensor& k, c
   for (int32_t b = 0; b < p.batch; ++b)
     for (int32_t hk = 0; hk < p.heads_kv; ++hk)
       for (int32_t j = 0; j < p.seqlen_k; ++j) {
-        const float* dk_row = acc_row(dk_acc, b, hk, j);
-        const float* dv_row = acc_row(dv_acc, b, hk, j);
+        const float* dk_row = acc_row(dk_acc, b, hk, j, d);
+        const float* dv_row = acc_row(dv_acc, b, hk, j, dv);
         float* dk_out = dk.at(b, j, hk);
-        float* dv_out = dv.at(b, j, hk);
-        for (int64_t e = 0; e < d; ++e) {
-          dk_out[e] = scale * dk_row[e];
-          dv_out[e] = dv_row[e];
-        }
+        float* dv_out = dv_grad.at(b, j, hk);
+        for (int64_t e = 0; e < d; ++e) dk_out[e] = scale * dk_row[e];
+        for (int64_t e = 0; e < dv; ++e) dv_out[e] = dv_row[e];
       }
 }
 

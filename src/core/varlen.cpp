@@ -49,13 +49,18 @@ void validate_pack_problem(const Problem& problem) {
   } catch (const Error& e) {
     throw Error("problem." + e.argument(), message_of(e));
   }
-  // The pack's tables use the kernels' tile shapes, so only the kernels' head dims have them.
-  const auto& dims = kernel_head_dims();
-  if (std::find(dims.begin(), dims.end(), problem.head_dim) == dims.end()) {
-    std::string supported;
-    for (int32_t d : dims) supported += (supported.empty() ? "" : ", ") + std::to_string(d);
-    throw Error("problem.head_dim",
-                std::to_string(problem.head_dim) + " is not supported (supported: " + supported + ")");
+  // The pack's tables use the kernels' tile shapes, so only the kernel table's (head_dim, head_dim_v) pairs have
+  // them (dash_check_problem names the field the same way).
+  if (kernel_table_row(problem.head_dim, problem.head_dim_v).head_dim == 0) {
+    bool head_dim_has_a_row = false;
+    for (const KernelTableRow& row : kKernelTable) head_dim_has_a_row |= row.head_dim == problem.head_dim;
+    if (!head_dim_has_a_row) {
+      throw Error("problem.head_dim", std::to_string(problem.head_dim) + " is not supported (supported head_dim/" +
+                                          "head_dim_v pairs: " + kernel_pairs_text() + ")");
+    }
+    throw Error("problem.head_dim_v", std::to_string(problem.value_head_dim()) + " is not supported with head_dim " +
+                                          std::to_string(problem.head_dim) + " (supported head_dim/head_dim_v pairs: " +
+                                          kernel_pairs_text() + ")");
   }
 }
 
@@ -135,7 +140,7 @@ Pack build_pack(const Problem& problem, const int32_t* cu_seqlens_q, const int32
   pack.problem = problem;
   pack.cu_seqlens_q.assign(cu_seqlens_q, cu_seqlens_q + size_t(problem.batch) + 1);
   pack.cu_seqlens_k.assign(cu_seqlens_k, cu_seqlens_k + size_t(problem.batch) + 1);
-  pack.fwd_block_m = kernel_table_row(problem.head_dim).fwd_warpgroups * 64;
+  pack.fwd_block_m = kernel_table_row(problem.head_dim, problem.head_dim_v).fwd_warpgroups * 64;
 
   int32_t longest_q = 0, longest_k = 0;
   int64_t fwd_tiles = 0;
@@ -184,8 +189,8 @@ namespace {
 // Re-throws a per-sequence planning error under the pack's argument names: the lengths come from cu_seqlens, the
 // other problem fields from `problem`.
 [[noreturn]] void rethrow_for_sequence(const Error& e, const dash_pack_sequence& s) {
-  static const std::unordered_set<std::string> problem_fields = {"batch", "heads_q", "heads_kv", "head_dim",
-                                                                 "mask", "window", "window_left", "window_right"};
+  static const std::unordered_set<std::string> problem_fields = {"batch",  "heads_q", "heads_kv", "head_dim",
+                                                                 "head_dim_v", "mask", "window", "window_left", "window_right"};
   std::string argument = e.argument();
   if (argument == "seqlen_q") argument = "cu_seqlens_q";
   else if (argument == "seqlen_k") argument = "cu_seqlens_k";

@@ -15,21 +15,13 @@
 #include "arch_dispatch.h"
 #include "fwd_launch_args.h"
 #include "pack_handle.h"
+#include "problem_checks.h"
 #include "tensor_checks.h"
 #include "varlen_device.h"
 
 namespace {
 
 using dash::capi::fail;
-
-std::string supported_head_dims_text() {
-  std::string text;
-  for (const int32_t* d = dash_supported_head_dims(); *d != 0; ++d) {
-    if (!text.empty()) text += ", ";
-    text += std::to_string(*d);
-  }
-  return text;
-}
 
 dash_status check_positive(const char* field, int32_t value) {
   if (value <= 0) {
@@ -56,19 +48,21 @@ dash_status validate(const dash_fwd_args* args, dash::kernels::FwdLaunch& launch
                                                  std::to_string(p.heads_q) + " and " + std::to_string(p.heads_kv) +
                                                  ")");
   }
-  bool head_dim_supported = false;
-  for (const int32_t* d = dash_supported_head_dims(); *d != 0; ++d) head_dim_supported |= (*d == p.head_dim);
-  if (!head_dim_supported) {
-    return fail(DASH_ERROR_UNSUPPORTED, "problem.head_dim: " + std::to_string(p.head_dim) +
-                                            " is not supported; supported head dims: " + supported_head_dims_text());
+  if (p.head_dim_v < 0) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT,
+                "problem.head_dim_v: must be > 0, or 0 for head_dim (got " + std::to_string(p.head_dim_v) + ")");
   }
+  // The (head_dim, head_dim_v) pair: a row of the kernel table (dash_check_problem's check and wording, naming
+  // problem.head_dim or problem.head_dim_v and listing the pairs).
+  if (dash_status s = dash::capi::check_kernel_pair(p); s != DASH_OK) return s;
+  const int32_t head_dim_v = p.head_dim_v != 0 ? p.head_dim_v : p.head_dim;  // of v and o
   if (p.mask_kind != DASH_MASK_FULL && p.mask_kind != DASH_MASK_CAUSAL && p.mask_kind != DASH_MASK_WINDOW) {
     return fail(DASH_ERROR_INVALID_ARGUMENT,
                 "problem.mask_kind: unknown value " + std::to_string(p.mask_kind) +
                     " (expected DASH_MASK_FULL=0, DASH_MASK_CAUSAL=1 or DASH_MASK_WINDOW=2)");
   }
   // The size limits (dash_check_problem): the same answer the bindings get before they allocate.
-  if (dash_status s = dash_check_problem(&p, 0); s != DASH_OK) return s;
+  if (dash_status s = dash_check_problem(&p, DASH_CHECK_FORWARD); s != DASH_OK) return s;
   if (a.dtype != DASH_DTYPE_BF16 && a.dtype != DASH_DTYPE_FP16) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "dtype: unknown value " + std::to_string(int(a.dtype)) +
                                                  " (expected DASH_DTYPE_BF16=0 or DASH_DTYPE_FP16=1)");
@@ -85,15 +79,16 @@ dash_status validate(const dash_fwd_args* args, dash::kernels::FwdLaunch& launch
     dash_tensor* tensor;
     int32_t seqlen;
     int32_t heads;
+    int32_t head_dim;  // its columns: head_dim for q and k, head_dim_v for v and o
     bool is_output;
   };
-  Operand const operands[] = {{"q", &a.q, p.seqlen_q, p.heads_q, false},
-                              {"k", &a.k, p.seqlen_k, p.heads_kv, false},
-                              {"v", &a.v, p.seqlen_k, p.heads_kv, false},
-                              {"o", &a.o, p.seqlen_q, p.heads_q, true}};
+  Operand const operands[] = {{"q", &a.q, p.seqlen_q, p.heads_q, p.head_dim, false},
+                              {"k", &a.k, p.seqlen_k, p.heads_kv, p.head_dim, false},
+                              {"v", &a.v, p.seqlen_k, p.heads_kv, head_dim_v, false},
+                              {"o", &a.o, p.seqlen_q, p.heads_q, head_dim_v, true}};
   for (Operand const& op : operands) {
     std::string error;
-    if (dash_status s = dash::kernels::check_tensor(op.name, *op.tensor, p.batch, op.seqlen, op.heads, p.head_dim,
+    if (dash_status s = dash::kernels::check_tensor(op.name, *op.tensor, p.batch, op.seqlen, op.heads, op.head_dim,
                                                     op.is_output, error);
         s != DASH_OK) {
       return fail(s, error);

@@ -92,6 +92,7 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
                                 size_t workspace_bytes, void* cuda_stream) {
   dash::capi::set_last_error("");
   dash_bwd_args a{};
+  // Refuses, among the rest, a pair whose row has a forward kernel only, before anything is zeroed or launched.
   if (dash_status s = validate(args, plan, a); s != DASH_OK) return s;
   if (deterministic != 0 && deterministic != 1) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "deterministic: must be 0 or 1 (got " + std::to_string(deterministic) + ")");

@@ -18,6 +18,7 @@
 #include "bwd/bwd_params.h"
 #include "pack_handle.h"
 #include "cuda_errors.h"
+#include "problem_checks.h"
 #include "dash/plan.hpp"
 
 namespace dash::kernels::bwd {
@@ -386,6 +387,9 @@ dash_status dash_plan_create_varlen(dash_pack_t pack, const char* schedule, int3
   *out = nullptr;
   if (pack == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "pack: null handle");
   if (dash_status s = check_plan_request(schedule, num_ctas, gqa_mode); s != DASH_OK) return s;
+  // The pack's pair passed dash_check_problem's forward checks when it was made; the backward needs its kernel too,
+  // checked before any planning (as dash_plan_create's dash_check_problem does).
+  if (dash_status s = dash::capi::check_backward_kernel(pack->pack.problem.to_c()); s != DASH_OK) return s;
   int device = 0;
   if (dash_status s = resolve_ctas(num_ctas, device); s != DASH_OK) return s;
   auto state = std::make_shared<VarlenDevicePlan>();

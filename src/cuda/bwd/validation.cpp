@@ -9,6 +9,7 @@
 #include "api_error.h"
 #include "bwd/plan_handle.h"
 #include "dash/geometry.hpp"
+#include "problem_checks.h"
 #include "tensor_checks.h"
 
 namespace dash::kernels::bwd {
@@ -29,7 +30,7 @@ std::string describe(const dash_problem& p) {
   return "batch=" + std::to_string(p.batch) + " heads_q=" + std::to_string(p.heads_q) +
          " heads_kv=" + std::to_string(p.heads_kv) + " seqlen_q=" + std::to_string(p.seqlen_q) +
          " seqlen_k=" + std::to_string(p.seqlen_k) + " head_dim=" + std::to_string(p.head_dim) +
-         " mask_kind=" + std::to_string(p.mask_kind);
+         " head_dim_v=" + std::to_string(p.head_dim_v) + " mask_kind=" + std::to_string(p.mask_kind);
 }
 
 }  // namespace
@@ -44,7 +45,11 @@ dash_status validate(const dash_bwd_args* args, dash_plan_t plan, dash_bwd_args&
     return fail(DASH_ERROR_INVALID_ARGUMENT, "args.problem: differs from the plan's problem (args: " + describe(p) +
                                                  "; plan: " + describe(h.problem) + ")");
   }
-  // The problem passed dash_check_problem when the plan was created (head dim, mask, size limits).
+  // The problem passed dash_check_problem when the plan was created (head dims, mask, size limits). The pair is
+  // checked again, with its backward kernel, before the plan's tiles are compared with the kernel's: a row with a
+  // forward kernel only has no tiles to compare with, and must be refused in its own words.
+  if (dash_status s = capi::check_kernel_pair(p); s != DASH_OK) return s;
+  if (dash_status s = capi::check_backward_kernel(p); s != DASH_OK) return s;
   const dash::TileShape tiles = dash::default_backward_tiles(p.head_dim);
   if (h.block_m != tiles.block_m || h.block_n != tiles.block_n) {
     return fail(DASH_ERROR_UNSUPPORTED, "plan: tiles " + std::to_string(h.block_m) + "x" + std::to_string(h.block_n) +
@@ -68,19 +73,21 @@ dash_status validate(const dash_bwd_args* args, dash_plan_t plan, dash_bwd_args&
   const int32_t rows_q = varlen != nullptr ? varlen->total_q : p.seqlen_q;
   const int32_t rows_k = varlen != nullptr ? varlen->total_k : p.seqlen_k;
   if (varlen != nullptr && rows_q == 0 && rows_k == 0) return DASH_OK;  // dash_bwd has nothing to do
+  // Columns: head_dim for q, k, dq, dk; head_dim_v for v, o, dout, dv.
+  const int32_t d = p.head_dim, dv = p.head_dim_v != 0 ? p.head_dim_v : p.head_dim;
   struct Operand {
     const char* name;
     dash_tensor* t;
-    int32_t seqlen, heads;
+    int32_t seqlen, heads, head_dim;
     bool is_output;
-  } ops[] = {{"q", &a.q, rows_q, p.heads_q, false},      {"k", &a.k, rows_k, p.heads_kv, false},
-             {"v", &a.v, rows_k, p.heads_kv, false},     {"o", &a.o, rows_q, p.heads_q, false},
-             {"dout", &a.dout, rows_q, p.heads_q, false}, {"dq", &a.dq, rows_q, p.heads_q, true},
-             {"dk", &a.dk, rows_k, p.heads_kv, true},     {"dv", &a.dv, rows_k, p.heads_kv, true}};
+  } ops[] = {{"q", &a.q, rows_q, p.heads_q, d, false},        {"k", &a.k, rows_k, p.heads_kv, d, false},
+             {"v", &a.v, rows_k, p.heads_kv, dv, false},      {"o", &a.o, rows_q, p.heads_q, dv, false},
+             {"dout", &a.dout, rows_q, p.heads_q, dv, false}, {"dq", &a.dq, rows_q, p.heads_q, d, true},
+             {"dk", &a.dk, rows_k, p.heads_kv, d, true},      {"dv", &a.dv, rows_k, p.heads_kv, dv, true}};
   for (Operand& op : ops) {
     if (op.seqlen == 0) continue;  // replaced below
     std::string error;
-    if (dash_status s = check_tensor(op.name, *op.t, batch, op.seqlen, op.heads, p.head_dim, op.is_output, error);
+    if (dash_status s = check_tensor(op.name, *op.t, batch, op.seqlen, op.heads, op.head_dim, op.is_output, error);
         s != DASH_OK) {
       return fail(s, error);
     }

@@ -36,10 +36,12 @@ BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& p, const dash_plan_h
   at = align(at + dq_accumulators * h.block_m * sizeof(float));
   w.dq_accum = at;
   at = align(at + dq_accumulators * h.block_m * p.head_dim * sizeof(float));
+  // dK has head_dim columns, dV head_dim_v (MLA-style rows).
+  const size_t head_dim_v = size_t(p.head_dim_v != 0 ? p.head_dim_v : p.head_dim);
   w.dk_accum = at;
   at = align(at + (split_dkv ? kv_tiles * h.block_n * p.head_dim * sizeof(float) : 0));
   w.dv_accum = at;
-  at = align(at + (split_dkv ? kv_tiles * h.block_n * p.head_dim * sizeof(float) : 0));
+  at = align(at + (split_dkv ? kv_tiles * h.block_n * head_dim_v * sizeof(float) : 0));
   w.total = at;
   return w;
 }
