@@ -309,7 +309,8 @@ if torch is not None:
         """flash-attn 2.x's `flash_attn_func` with its semantics, for the arguments dash_attn supports.
 
         q (batch, seqlen_q, heads, head_dim), k / v (batch, seqlen_k, heads_kv, head_dim / head_dim_v); returns out
-        (batch, seqlen_q, heads, head_dim_v) (v's head dim may differ where the kernel table has the pair: 192 / 128). As flash-attn's entry point does: a window side >= seqlen_k becomes -1 (unbounded), and with
+        (batch, seqlen_q, heads, head_dim_v) (v's head dim may differ where the kernel table has the pair: 192 /
+        128). As flash-attn's entry point does: a window side >= seqlen_k becomes -1 (unbounded), and with
         causal=True the right side is 0 (a causal mask is aligned bottom-right). `deterministic` selects
         dash_attn's deterministic backward (flash-attn's default False runs the faster non-deterministic one;
         on CPU tensors, which flash-attn does not take, dash_attn's CPU backend needs deterministic=True).
@@ -392,8 +393,8 @@ if torch is not None:
         """flash-attn 2.x's `flash_attn_varlen_func` with its semantics, for the arguments dash_attn supports.
 
         q (total_q, heads, head_dim), k / v (total_k, heads_kv, head_dim / head_dim_v), cu_seqlens_q / cu_seqlens_k
-        int32 (batch + 1); returns out (total_q, heads, head_dim_v). max_seqlen_q / max_seqlen_k are upper bounds of the sequence
-        lengths, as flash-attn takes them (checked here: a bound below a sequence's length is an error). As
+        int32 (batch + 1); returns out (total_q, heads, head_dim_v). max_seqlen_q / max_seqlen_k are upper bounds of
+        the sequence lengths, as flash-attn takes them (checked here: a bound below a sequence's length is an error). As
         flash-attn's entry point does: a window side >= max_seqlen_k becomes -1 (unbounded), and with causal=True
         the right side is 0 (the causal mask is aligned bottom-right per sequence). `deterministic` selects
         dash_attn's deterministic backward (flash-attn's default False runs the faster non-deterministic one; on

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // test_backward.cpp — the plan-executing backward kernel (src/cuda/bwd/) against a float64 CPU reference:
-// dQ/dK/dV for full/causal masks, the head dims with a backward kernel (64, 96, 128), odd and unequal lengths, GQA (split and packed) and MQA;
-// bitwise reproducibility over 5 runs for every deterministic schedule; the dQ accumulation order the
-// kernel actually executed (the debug order log) equals the plan's; a single-CTA plan; non-deterministic
-// mode within tolerance; argument checks. GPU tests skip, saying so, where no CUDA device is present.
+// dQ/dK/dV for full/causal masks, the head dims with a backward kernel (64, 96, 128), odd and unequal lengths,
+// GQA (split and packed) and MQA; bitwise reproducibility over 5 runs for every deterministic schedule; the dQ
+// accumulation order the kernel actually executed (the debug order log) equals the plan's; a single-CTA plan;
+// non-deterministic mode within tolerance; argument checks, and the refusal of the rows without a backward kernel.
+// GPU tests skip, saying so, where no CUDA device is present.
 #include <cmath>
 #include <cstdint>
 #include <cstring>

@@ -102,7 +102,8 @@ Case make_row_case(std::string prefix, int batch, int hq, int hkv, int sq, int s
   if (row.head_dim_v != row.head_dim) {
     c.head_dim_v = row.head_dim_v;
     const std::string d = "_d" + std::to_string(row.head_dim) + "_";
-    c.name.replace(c.name.find(d), d.size(), "_d" + std::to_string(row.head_dim) + "v" + std::to_string(row.head_dim_v) + "_");
+    c.name.replace(c.name.find(d), d.size(),
+                   "_d" + std::to_string(row.head_dim) + "v" + std::to_string(row.head_dim_v) + "_");
   }
   return c;
 }

@@ -142,7 +142,8 @@ struct HostPack {
           }
           for (int j = j0; j < j1; ++j) {
             double acc = 0;
-            for (int d = 0; d < DV; ++d) acc += double(from_bf16(dout[oi(q0 + i, h, d)])) * from_bf16(v[vi(k0 + j, hk, d)]);
+            for (int d = 0; d < DV; ++d)
+              acc += double(from_bf16(dout[oi(q0 + i, h, d)])) * from_bf16(v[vi(k0 + j, hk, d)]);
             dp[j] = acc;
           }
           for (int j = j0; j < j1; ++j) {
