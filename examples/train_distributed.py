@@ -72,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--heads", type=int, default=4, help="query heads")
     ap.add_argument("--kv-heads", type=int, default=2, help="key/value heads (GQA when fewer than --heads)")
     ap.add_argument("--head-dim", type=int, default=64,
-                    help="a head dim dash_attn has kernels for (dash_attn._abi.SUPPORTED_HEAD_DIMS)")
+                    help="a head dim dash_attn trains (both passes: dash_attn._abi.KERNEL_ROWS; every row on cpu)")
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate")
     ap.add_argument("--seed", type=int, default=0, help="initialisation and data")
@@ -109,8 +109,13 @@ def check_args(ap, args):
         ap.error("--device cuda: PyTorch sees no CUDA device (use --device cpu for the CPU backend)")
     if args.attn == "dash":
         import dash_attn
-        if args.head_dim not in dash_attn._abi.SUPPORTED_HEAD_DIMS:
-            ap.error(f"--head-dim {args.head_dim}: dash_attn runs head dims {dash_attn._abi.SUPPORTED_HEAD_DIMS}")
+        # Training needs the backward: on CUDA the rows with a backward kernel, on the CPU backend every row (this
+        # model's value head dim is its head dim).
+        trained = tuple(r.head_dim for r in dash_attn._abi.KERNEL_ROWS
+                        if r.head_dim_v == r.head_dim and (r.backward or args.device == "cpu"))
+        if args.head_dim not in trained:
+            ap.error(f"--head-dim {args.head_dim}: dash_attn trains head dims {trained} on {args.device} (the CUDA "
+                     f"backward at {dash_attn._abi.FORWARD_ONLY_PAIRS_TEXT} is not built yet)")
         if args.schedule not in dash_attn.SCHEDULES:
             ap.error(f"--schedule {args.schedule!r} is unknown (expected one of {', '.join(dash_attn.SCHEDULES)})")
         if args.device == "cuda" and not dash_attn._abi.LIB.dash_cuda_available():

@@ -42,7 +42,8 @@ inline const std::vector<OptionSpec>& all_options() {
       {"--hdim", "N", "shape", "head dim of q and k (default 128); with --hdim-v, a pair the kernels are built for:\n" +
        head_dims_text() + " (--hdim/--hdim-v; the backward at " +
        dash::kernel_pairs_text(dash::KernelRows::WithBackward) + " only)"},
-      {"--hdim-v", "N", "shape", "head dim of v, o, dO and dV (default: --hdim; MLA-style 192/128: --hdim 192 --hdim-v 128)"},
+      {"--hdim-v", "N", "shape",
+       "head dim of v, o, dO and dV (default: --hdim; MLA-style 192/128: --hdim 192 --hdim-v 128)"},
       {"--any-hdim", "", "shape", "any head dim (studies: the planner and simulator take it; the kernels do not)"},
       {"--mask", "M", "shape", "full | causal | window (default full)"},
       {"--causal", "", "shape", "short for --mask causal"},

@@ -62,7 +62,8 @@ dash_tensor dense(void* data, const Problem& p, bool keys, bool value = false) {
 
 // Elements of a dense tensor of query or key rows with head dim `d`.
 size_t elements(const Problem& p, bool keys, int64_t d) {
-  return size_t(p.batch) * size_t(keys ? p.seqlen_k * int64_t(p.heads_kv) : p.seqlen_q * int64_t(p.heads_q)) * size_t(d);
+  const int64_t rows = keys ? p.seqlen_k * int64_t(p.heads_kv) : p.seqlen_q * int64_t(p.heads_q);
+  return size_t(p.batch) * size_t(rows) * size_t(d);
 }
 
 struct RandomInputs {

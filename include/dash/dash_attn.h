@@ -13,10 +13,12 @@
  *
  * Head dims (dash/kernel_table.hpp, one row per (head_dim, head_dim_v) pair; dash_kernel_rows lists them): the
  * forward for 64, 96, 128, 256 and 192 / 128; the backward for 64, 96 and 128 (256 and 192 / 128 have a forward
- * kernel only for now: a backward or a differentiated call there is refused, DASH_ERROR_UNSUPPORTED naming
- * problem.head_dim). The CPU backend runs both passes for every row. The kernels load and store through the Hopper TMA
- * engine, which needs every base pointer 16-byte aligned and every stride a multiple of 16 bytes (8 bf16 /
- * fp16 elements). For a dimension of size 1 the stride is never used and may be anything.
+ * kernel only for now: their GPU backward is refused, DASH_ERROR_UNSUPPORTED naming problem.head_dim). The CPU
+ * backend runs both passes for every row.
+ *
+ * The kernels load and store through the Hopper TMA engine, which needs every base pointer 16-byte aligned and every
+ * stride a multiple of 16 bytes (8 bf16 / fp16 elements). For a dimension of size 1 the stride is never used and may
+ * be anything.
  *
  * Masks (dash_problem.mask_kind), aligned bottom-right as FlashAttention aligns them when seqlen_q != seqlen_k
  * (offset = seqlen_k - seqlen_q): DASH_MASK_FULL; DASH_MASK_CAUSAL, query i sees key j iff j <= i + offset;
@@ -177,9 +179,10 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
  *
  * A pack holds `batch` sequences of different lengths back to back, as flash-attn's varlen API takes them:
  * q, dq are [total_q, heads_q, head_dim], dout, o [total_q, heads_q, head_dim_v], k, dk are [total_k, heads_kv,
- * head_dim], v, dv [total_k, heads_kv, head_dim_v] (batch_stride unused), and sequence s holds query rows [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and key rows
- * [cu_seqlens_k[s], cu_seqlens_k[s + 1]); lengths may differ between q and k and may be 0. The mask applies per
- * sequence (causal aligned bottom-right per sequence). LSE is [heads_q, total_q] fp32, contiguous.
+ * head_dim], v, dv [total_k, heads_kv, head_dim_v] (batch_stride unused), and sequence s holds query rows
+ * [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and key rows [cu_seqlens_k[s], cu_seqlens_k[s + 1]); lengths may differ
+ * between q and k and may be 0. The mask applies per sequence (causal aligned bottom-right per sequence). LSE is
+ * [heads_q, total_q] fp32, contiguous.
  *
  * Lengths come from the HOST: dash_pack_create reads host cu_seqlens once, orders the sequences (longest first)
  * and builds the tables the kernels read, so no call reads lengths back from the device, and the forward and the

@@ -34,9 +34,10 @@ inline Tensor dense(float* data, int64_t seqlen, int64_t heads, int64_t head_dim
 void forward(const Problem& problem, float softmax_scale, const Tensor& q, const Tensor& k, const Tensor& v,
              const Tensor& o, float* lse);
 
-// dQ, dK, dV for the plan's problem (its header carries head_dim_v). dQ tiles are summed in each accumulator's dq_rank order, dK/dV in each
-// segment's visit order and, for SPLIT_HEADS GQA, across the group in group_head_by_rank order: the orders
-// the kernels promise: fp32 accumulators, each block's partial summed in double and rounded once.
+// dQ, dK, dV for the plan's problem (its header carries head_dim_v). dQ tiles are summed in each accumulator's
+// dq_rank order, dK/dV in each segment's visit order and, for SPLIT_HEADS GQA, across the group in
+// group_head_by_rank order: the orders the kernels promise: fp32 accumulators, each block's partial summed in double
+// and rounded once.
 void backward(const Plan& plan, float softmax_scale, const Tensor& q, const Tensor& k, const Tensor& v,
               const Tensor& o, const Tensor& d_o, const float* lse, const Tensor& dq, const Tensor& dk,
               const Tensor& dv);

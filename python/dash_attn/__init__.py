@@ -9,6 +9,11 @@
 CUDA tensors (bf16/fp16, Hopper) run the sm_90a kernels; CPU tensors run the library's CPU backend, which is
 slow but follows the same plan orders. GQA/MQA follow from the head counts of q and k/v.
 
+Head dims: q and k share one, v (and the output) may have another where the kernel table has the pair (MLA-style
+192 / 128). The forward runs at head dims 64, 96, 128, 256 and 192 / 128, the backward at 64, 96 and 128 (256 and
+192 / 128 pending: a CUDA call whose inputs require grad is refused at the forward); the CPU backend runs both
+passes at every pair. dash_attn._abi.KERNEL_ROWS lists the pairs.
+
 Batch invariance: with deterministic=True and the default schedule="auto", a sequence's gradients do not
 depend on the batch it is in, the number of heads in the call or its position in the batch.
 schedule="auto-fastest" may choose differently when those change.
@@ -74,6 +79,12 @@ if torch is not None:
     def attention(q, k, v, causal=False, softmax_scale=None, deterministic=True, schedule="auto",
                   return_lse=False, sm_margin=0, window_size=(-1, -1), key_padding_mask=None):
         """softmax(q k^T * scale) v for (batch, seqlen, heads, head_dim) tensors.
+
+        q (batch, seqlen_q, heads, head_dim), k (batch, seqlen_k, heads_kv, head_dim), v (batch, seqlen_k, heads_kv,
+            head_dim_v); returns (batch, seqlen_q, heads, head_dim_v). head_dim_v may differ from head_dim where the
+            kernel table has the pair (dash_attn._abi.KERNEL_ROWS: 192 / 128); the default scale is
+            1 / sqrt(head_dim). On CUDA, a pair without a backward kernel (256, 192 / 128) runs only undifferentiated:
+            with an input that requires grad it is refused here, before anything is allocated.
 
         causal: bottom-right aligned when seqlen_q != seqlen_k, as FlashAttention does (query i sees key j iff
             j <= i + seqlen_k - seqlen_q); a query row that sees no key gets zero output, LSE -inf and zero
@@ -201,15 +212,15 @@ if torch is not None:
         mask (a decoding step after left padding, as HF's flash-attention path reads it); by default one mask
         covers both. Differentiable: index_select gathers the real rows and index_put scatters the output back."""
         b, sq, hq, d = q.shape
-        sk, hk = k.shape[1], k.shape[2]
+        sk, hk, dv = k.shape[1], k.shape[2], v.shape[3]
         idx_k, cu_k, max_k = _unpad_info(mask, q.device)
         idx_q, cu_q, max_q = _unpad_info(mask, q.device, sq) if queries_last and sq != sk else (idx_k, cu_k, max_k)
         qu = q.reshape(b * sq, hq, d).index_select(0, idx_q)
         ku = k.reshape(b * sk, hk, d).index_select(0, idx_k)
-        vu = v.reshape(b * sk, hk, d).index_select(0, idx_k)
+        vu = v.reshape(b * sk, hk, dv).index_select(0, idx_k)
         out, lse = _attention_varlen(qu, ku, vu, cu_q, cu_k, max_q, max_k, causal, softmax_scale, deterministic,
                                      schedule, True, sm_margin, window_size)
-        out = out.new_zeros((b * sq, hq, d)).index_put((idx_q,), out).view(b, sq, hq, d)
+        out = out.new_zeros((b * sq, hq, dv)).index_put((idx_q,), out).view(b, sq, hq, dv)
         if not return_lse:
             return out
         padded = lse.new_full((hq, b * sq), float("-inf"))
@@ -220,6 +231,7 @@ if torch is not None:
                    window_size=(-1, -1)):
         scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
         needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        _torch_ops.refuse_backward_without_kernel(q, k, v, needs_backward)
         out, lse = _torch_ops.fwd(q, k, v, causal, scale, bool(deterministic), schedule, needs_backward,
                                   int(sm_margin), int(window_size[0]), int(window_size[1]))
         return (out, lse) if return_lse else out
@@ -229,12 +241,13 @@ if torch is not None:
                                      sm_margin=0):
         """torch.nn.functional.scaled_dot_product_attention with PyTorch's semantics, or a refusal.
 
-        query (N, ..., Hq, L, E), key / value (N, ..., H, S, E); 3-D inputs (N, L, E) have one head. Matches
-        PyTorch: is_causal aligns the mask top-left, scale defaults to 1/sqrt(E), heads must match unless
-        enable_gqa=True (default False). Refused with an error naming the argument, because dash_attn cannot
+        query (N, ..., Hq, L, E), key (N, ..., H, S, E), value (N, ..., H, S, Ev); 3-D inputs (N, L, E) have one
+        head; returns (N, ..., Hq, L, Ev). Matches PyTorch: is_causal aligns the mask top-left, scale defaults to
+        1/sqrt(E), heads must match unless enable_gqa=True (default False), Ev may differ from E where dash_attn's
+        kernel table has the pair (192 / 128). Refused with an error naming the argument, because dash_attn cannot
         match PyTorch there: attn_mask, dropout_p > 0, is_causal=True with L != S (PyTorch's top-left mask;
-        dash_attn.attention(causal=True) gives FlashAttention's bottom-right one), a value head dim other than
-        E, scale <= 0. deterministic / schedule / sm_margin are dash_attn's (keyword only).
+        dash_attn.attention(causal=True) gives FlashAttention's bottom-right one), a pair (E, Ev) the kernel table
+        does not have, scale <= 0. deterministic / schedule / sm_margin are dash_attn's (keyword only).
         """
         if attn_mask is not None:
             raise ValueError("dash_attn.scaled_dot_product_attention: attn_mask is not supported (use is_causal)")
@@ -256,9 +269,9 @@ if torch is not None:
         if not (qs[:lead] == ks[:lead] == vs[:lead]):
             raise ValueError(f"dash_attn.scaled_dot_product_attention: query, key and value must have the same "
                              f"batch dimensions, got shapes {qs}, {ks}, {vs}")
-        if ks != vs:
+        if ks[:-1] != vs[:-1]:
             raise ValueError(f"dash_attn.scaled_dot_product_attention: key shape {ks} and value shape {vs} must "
-                             "match (a value head dim other than E is not supported)")
+                             "match in all but the last dimension (the value head dim Ev)")
         heads = lambda shape: shape[-3] if len(shape) > 3 else 1
         if heads(qs) != heads(ks) and not enable_gqa:
             raise ValueError(f"dash_attn.scaled_dot_product_attention: query and key head counts differ (shapes "
@@ -289,14 +302,15 @@ if torch is not None:
                  layout="(N, ..., heads, L, E)", shown=lambda t: caller_shape[id(t)], sm_margin=sm_margin,
                  window_size=window)
         out = _attention(q, k, v, causal, scale, deterministic, schedule, False, sm_margin, window)
-        return out.transpose(1, 2).reshape(qs)
+        return out.transpose(1, 2).reshape(qs[:-1] + vs[-1:])
 
     def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                         softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
         """flash-attn 2.x's `flash_attn_func` with its semantics, for the arguments dash_attn supports.
 
-        q (batch, seqlen_q, heads, head_dim), k / v (batch, seqlen_k, heads_kv, head_dim); returns out of q's
-        shape. As flash-attn's entry point does: a window side >= seqlen_k becomes -1 (unbounded), and with
+        q (batch, seqlen_q, heads, head_dim), k / v (batch, seqlen_k, heads_kv, head_dim / head_dim_v); returns out
+        (batch, seqlen_q, heads, head_dim_v) (v's head dim may differ where the kernel table has the pair: 192 /
+        128). As flash-attn's entry point does: a window side >= seqlen_k becomes -1 (unbounded), and with
         causal=True the right side is 0 (a causal mask is aligned bottom-right). `deterministic` selects
         dash_attn's deterministic backward (flash-attn's default False runs the faster non-deterministic one;
         on CPU tensors, which flash-attn does not take, dash_attn's CPU backend needs deterministic=True).
@@ -337,12 +351,13 @@ if torch is not None:
                          window_size=(-1, -1)):
         """attention() over packed variable-length sequences, flash-attn's varlen layout.
 
-        q (total_q, heads_q, head_dim), k / v (total_k, heads_kv, head_dim); sequence s holds query rows
+        q (total_q, heads_q, head_dim), k (total_k, heads_kv, head_dim), v (total_k, heads_kv, head_dim_v, which may
+        differ from head_dim as in attention()); sequence s holds query rows
         [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and key rows [cu_seqlens_k[s], cu_seqlens_k[s + 1]) (int32, 1-D,
         length batch + 1, from 0, non-decreasing, ending at q.shape[0] / k.shape[0]); lengths may differ between q
         and k and may be 0. The mask applies per sequence (causal and window_size aligned bottom-right per
         sequence, as attention() does for one sequence); a query row that sees no key (e.g. its sequence has no
-        keys) gets zero output, LSE -inf and zero gradients. Returns out (total_q, heads_q, head_dim), and with
+        keys) gets zero output, LSE -inf and zero gradients. Returns out (total_q, heads_q, head_dim_v), and with
         return_lse=True also the LSE (heads_q, total_q), fp32.
 
         cu_seqlens: the library plans from HOST lengths. CPU tensors are read directly; CUDA tensors are copied
@@ -360,6 +375,8 @@ if torch is not None:
     def _attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
                           deterministic, schedule, return_lse, sm_margin, window_size):
         scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        needs_backward = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        _torch_ops.refuse_backward_without_kernel(q, k, v, needs_backward)
         # One host copy of CUDA lengths for the forward and the backward (the ops read host lengths).
         cu_q = cu_seqlens_q if cu_seqlens_q.device.type == "cpu" else cu_seqlens_q.cpu()
         cu_k = cu_seqlens_k if cu_seqlens_k.device.type == "cpu" else cu_seqlens_k.cpu()
@@ -375,9 +392,9 @@ if torch is not None:
                                schedule="auto", sm_margin=0):
         """flash-attn 2.x's `flash_attn_varlen_func` with its semantics, for the arguments dash_attn supports.
 
-        q (total_q, heads, head_dim), k / v (total_k, heads_kv, head_dim), cu_seqlens_q / cu_seqlens_k int32
-        (batch + 1); returns out of q's shape. max_seqlen_q / max_seqlen_k are upper bounds of the sequence
-        lengths, as flash-attn takes them (checked here: a bound below a sequence's length is an error). As
+        q (total_q, heads, head_dim), k / v (total_k, heads_kv, head_dim / head_dim_v), cu_seqlens_q / cu_seqlens_k
+        int32 (batch + 1); returns out (total_q, heads, head_dim_v). max_seqlen_q / max_seqlen_k are upper bounds of
+        the sequence lengths, as flash-attn takes them (checked here: a bound below a sequence's length is an error). As
         flash-attn's entry point does: a window side >= max_seqlen_k becomes -1 (unbounded), and with causal=True
         the right side is 0 (the causal mask is aligned bottom-right per sequence). `deterministic` selects
         dash_attn's deterministic backward (flash-attn's default False runs the faster non-deterministic one; on
@@ -402,7 +419,7 @@ if torch is not None:
         """Runs forward + backward `runs` times on the same inputs and a fixed upstream gradient; returns one
         dict per run with the SHA-256 of dq, dk and dv, and whether every run matched the first."""
         gen = torch.Generator(device=q.device).manual_seed(seed)
-        dout = torch.randn(q.shape, generator=gen, device=q.device, dtype=q.dtype)
+        dout = torch.randn(q.shape[:-1] + v.shape[-1:], generator=gen, device=q.device, dtype=q.dtype)  # out's shape
         results = []
         for run in range(runs):
             qs, ks, vs = (t.detach().clone().requires_grad_(True) for t in (q, k, v))

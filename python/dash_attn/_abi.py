@@ -6,6 +6,7 @@ The structs below mirror the C header; `_check_layout` compares every size with 
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import pathlib
@@ -15,6 +16,9 @@ DASH_OK = 0
 DASH_DTYPE_BF16, DASH_DTYPE_FP16, DASH_DTYPE_FP32 = 0, 1, 2
 DASH_MASK_FULL, DASH_MASK_CAUSAL, DASH_MASK_WINDOW = 0, 1, 2
 DASH_GQA_SPLIT_HEADS, DASH_GQA_PACK_GROUP, DASH_GQA_AUTO = 0, 1, 2
+# dash_check_problem's needs_backward (dash_check_pass): the forward; the forward and the GPU backward (the pair's row
+# must have a backward kernel); the forward and the CPU backend's backward (every row).
+DASH_CHECK_FORWARD, DASH_CHECK_BACKWARD, DASH_CHECK_CPU_BACKWARD = 0, 1, 2
 
 
 class DashError(RuntimeError):
@@ -41,6 +45,11 @@ class BwdArgs(ctypes.Structure):
     _fields_ = [("problem", Problem), ("dtype", ctypes.c_int), ("q", Tensor), ("k", Tensor), ("v", Tensor),
                 ("o", Tensor), ("dout", Tensor), ("lse", ctypes.c_void_p), ("dq", Tensor), ("dk", Tensor),
                 ("dv", Tensor), ("softmax_scale", ctypes.c_float), ("debug_order_log", ctypes.c_void_p)]
+
+
+class KernelRow(ctypes.Structure):
+    """dash_kernel_row: one (head_dim, head_dim_v) pair of the kernel table and the passes it has kernels for."""
+    _fields_ = [(name, ctypes.c_int32) for name in ("head_dim", "head_dim_v", "forward", "backward")]
 
 
 class PlanHeader(ctypes.Structure):
@@ -143,6 +152,7 @@ def _declare(lib):
         "dash_cpu_bwd": (c_int, [ctypes.POINTER(BwdArgs), vp, c_size]),
         "dash_cuda_available": (c_int, []),
         "dash_supported_head_dims": (ctypes.POINTER(ctypes.c_int32), []),
+        "dash_kernel_rows": (ctypes.POINTER(KernelRow), []),
         "dash_check_problem": (c_int, [ctypes.POINTER(Problem), ctypes.c_int32]),
         "dash_planner_runs": (ctypes.c_int64, []),
         "dash_schedule_names": (ctypes.POINTER(ctypes.c_char_p), []),
@@ -188,7 +198,7 @@ def _declare(lib):
 
 def _check_layout(lib):
     for name, struct in (("dash_problem", Problem), ("dash_tensor", Tensor), ("dash_fwd_args", FwdArgs),
-                         ("dash_bwd_args", BwdArgs), ("dash_plan_header", PlanHeader)):
+                         ("dash_bwd_args", BwdArgs), ("dash_plan_header", PlanHeader), ("dash_kernel_row", KernelRow)):
         theirs = lib.dash_abi_struct_size(name.encode())
         if theirs != ctypes.sizeof(struct):
             raise ImportError(f"dash_attn: {name} is {theirs} bytes in the library but {ctypes.sizeof(struct)} "
@@ -224,8 +234,48 @@ def _read_supported_head_dims():
     return tuple(dims)
 
 
-# The head dims the kernels are built for; the CPU backend accepts the same (one contract for both devices).
+# The head dims the kernels are built for with head_dim_v = head_dim (64, 96, 128, 256); the CPU backend accepts the
+# same (one contract for both devices). KERNEL_ROWS lists every pair, 192 / 128 too.
 SUPPORTED_HEAD_DIMS = _read_supported_head_dims()
+
+
+# (head_dim, head_dim_v, forward, backward) of one row of the kernel table (dash_kernel_rows); the passes as bools.
+KernelPair = collections.namedtuple("KernelPair", "head_dim head_dim_v forward backward")
+
+
+def _read_kernel_rows():
+    rows, ptr = [], LIB.dash_kernel_rows()
+    while ptr[len(rows)].head_dim != 0:
+        r = ptr[len(rows)]
+        rows.append(KernelPair(int(r.head_dim), int(r.head_dim_v), bool(r.forward), bool(r.backward)))
+    return tuple(rows)
+
+
+# The kernel table's rows, in table order, as the library lists them (read once: the checks below run inside
+# torch.compile'd code, where a ctypes call would break the graph).
+KERNEL_ROWS = _read_kernel_rows()
+_ROW_OF_PAIR = {(r.head_dim, r.head_dim_v): r for r in KERNEL_ROWS}
+
+
+def kernel_row(head_dim: int, head_dim_v: int):
+    """The KernelPair of (head_dim, head_dim_v) (head_dim_v 0 meaning head_dim), or None when the table has none."""
+    return _ROW_OF_PAIR.get((head_dim, head_dim_v or head_dim))
+
+
+def pair_name(head_dim: int, head_dim_v: int) -> str:
+    """A pair as the library's messages name it: "128", or "192/128" when the head dims differ."""
+    return str(head_dim) if head_dim_v in (0, head_dim) else f"{head_dim}/{head_dim_v}"
+
+
+def _pairs_text(rows) -> str:
+    names = [pair_name(r.head_dim, r.head_dim_v) for r in rows]
+    return ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1] if names else "none"
+
+
+# "64, 96, 128, 192/128 and 256": every pair; the pairs with a backward kernel; those with a forward kernel only.
+PAIRS_TEXT = _pairs_text(KERNEL_ROWS)
+BACKWARD_PAIRS_TEXT = _pairs_text([r for r in KERNEL_ROWS if r.backward])
+FORWARD_ONLY_PAIRS_TEXT = _pairs_text([r for r in KERNEL_ROWS if not r.backward])
 
 
 def _read_schedule_names():
@@ -253,10 +303,13 @@ def mask_of(causal: bool, window_left: int = -1, window_right: int = -1) -> tupl
 
 
 def make_problem(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, window_left=-1,
-                 window_right=-1) -> Problem:
+                 window_right=-1, head_dim_v=0) -> Problem:
+    """head_dim: of q and k; head_dim_v: of v and the output, 0 (or head_dim) when they are equal, which is stored as
+    0 so that problems of equal head dims have one representation."""
     kind, left, right = mask_of(causal, window_left, window_right)
     return Problem(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-                   head_dim=head_dim, mask_kind=kind, window_left=left, window_right=right, head_dim_v=0)
+                   head_dim=head_dim, mask_kind=kind, window_left=left, window_right=right,
+                   head_dim_v=0 if head_dim_v == head_dim else head_dim_v)
 
 
 def attention_flops(problem: Problem, backward: bool) -> float:
@@ -270,14 +323,16 @@ def attention_flops(problem: Problem, backward: bool) -> float:
 _checked_problems: set = set()
 
 
-def check_problem(problem: Problem, needs_backward: bool) -> None:
-    """Raises ValueError naming the field and the limit when the library cannot run `problem` (head dim, mask,
-    plan-format and kernel size limits). Costs no planning and no allocation; a problem that passed is not asked
-    about again (the answer depends on the problem only)."""
-    key = (bytes(problem), bool(needs_backward))
+def check_problem(problem: Problem, needs_backward: bool, cpu: bool = False) -> None:
+    """Raises ValueError naming the field and the limit when the library cannot run `problem` (head dims, mask,
+    plan-format and kernel size limits). needs_backward: the backward's limits too, and on the GPU (cpu=False) the
+    pair's backward kernel (the CPU backend runs the backward at every row of the table). Costs no planning and no
+    allocation; a problem that passed is not asked about again (the answer depends on the problem only)."""
+    needs = (DASH_CHECK_CPU_BACKWARD if cpu else DASH_CHECK_BACKWARD) if needs_backward else DASH_CHECK_FORWARD
+    key = (bytes(problem), needs)
     if key in _checked_problems:
         return
-    if LIB.dash_check_problem(ctypes.byref(problem), int(bool(needs_backward))) != DASH_OK:
+    if LIB.dash_check_problem(ctypes.byref(problem), needs) != DASH_OK:
         raise ValueError("dash_attn: " + LIB.dash_last_error().decode())
     _checked_problems.add(key)
 

@@ -59,8 +59,10 @@ def validate(q, k, v, causal, softmax_scale, schedule, deterministic, names=("q"
     else:
         raise ValueError(f"dash_attn: device {q.device} is not supported (cuda or cpu)")
     b, sq, hq, d = q.shape
-    if k.shape != v.shape:
-        raise ValueError(f"dash_attn: {nk} shape {shape(k)} and {nv} shape {shape(v)} differ")
+    dv = v.shape[3]  # the value head dim: of v and the output (MLA-style 192 / 128); q and k share d
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"dash_attn: {nk} shape {shape(k)} and {nv} shape {shape(v)} differ (they may differ in "
+                         "the last dimension only, the value head dim)")
     if k.shape[0] != b:
         raise ValueError(f"dash_attn: {nk} shape {shape(k)} and {nq} shape {shape(q)} differ in batch")
     if k.shape[3] != d:
@@ -68,9 +70,12 @@ def validate(q, k, v, causal, softmax_scale, schedule, deterministic, names=("q"
     if hq % k.shape[2] != 0:
         raise ValueError(f"dash_attn: {nq} heads ({hq}) must be a multiple of {nk} heads ({k.shape[2]}); shapes "
                          f"{shape(q)} and {shape(k)}")
-    if d not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"dash_attn: head_dim {d} is not supported (supported: {SUPPORTED_HEAD_DIMS}); "
-                         f"{nq} shape {shape(q)}")
+    if _abi.kernel_row(d, dv) is None:
+        supported = f"supported head_dim/head_dim_v pairs: {_abi.PAIRS_TEXT}, one number meaning equal head dims"
+        if all(r.head_dim != d for r in KERNEL_ROWS):
+            raise ValueError(f"dash_attn: head_dim {d} is not supported ({supported}); {nq} shape {shape(q)}")
+        raise ValueError(f"dash_attn: {nv} head_dim {dv} is not supported with {nq} / {nk} head_dim {d} ({supported}); "
+                         f"{nq} shape {shape(q)}, {nv} shape {shape(v)}")
     if schedule not in SCHEDULES:
         raise ValueError(f"dash_attn: schedule {schedule!r} is unknown (expected one of {', '.join(SCHEDULES)})")
     if isinstance(sm_margin, bool) or not isinstance(sm_margin, int):
@@ -92,18 +97,36 @@ def validate(q, k, v, causal, softmax_scale, schedule, deterministic, names=("q"
                          f"(pass -1 or 0 there, or causal=False for a window reaching {right} keys past it)")
 
 
-# The kernels' head dims, which the CPU backend accepts too (read once at import: validate() runs inside
-# torch.compile'd code, where a ctypes call would break the graph).
+# The kernels' head dims with head_dim_v = head_dim, and every (head_dim, head_dim_v) row of the kernel table, which
+# the CPU backend accepts too (read once at import: validate() runs inside torch.compile'd code, where a ctypes call
+# would break the graph).
 SUPPORTED_HEAD_DIMS = _abi.SUPPORTED_HEAD_DIMS
+KERNEL_ROWS = _abi.KERNEL_ROWS
 
 
 def supported_head_dims():
     return SUPPORTED_HEAD_DIMS
 
 
-def _problem(q, k, causal, window_left=-1, window_right=-1) -> _abi.Problem:
+def refuse_backward_without_kernel(q, k, v, needs_backward):
+    """A differentiated call on CUDA of a pair whose row has a forward kernel only (256, 192 / 128) is refused here, at
+    the forward, before anything is allocated or launched (not in the backward, after the step's forward work). The CPU
+    backend runs the backward at every row."""
+    if not needs_backward or not q.is_cuda:
+        return
+    d, dv = q.shape[-1], v.shape[-1]
+    row = _abi.kernel_row(d, dv)
+    if row is not None and not row.backward:
+        raise ValueError(f"dash_attn: head_dim {_abi.pair_name(d, dv)} has a forward kernel only in this build (the "
+                         f"backward at head dims {_abi.FORWARD_ONLY_PAIRS_TEXT} is not built yet; it runs at "
+                         f"{_abi.BACKWARD_PAIRS_TEXT}), and q, k or v requires grad: call it under torch.no_grad() or "
+                         "with detached tensors, or on CPU tensors (the CPU backend runs both passes)")
+
+
+def _problem(q, k, v, causal, window_left=-1, window_right=-1) -> _abi.Problem:
     b, sq, hq, d = q.shape
-    return _abi.make_problem(b, hq, k.shape[2], sq, k.shape[1], d, causal, window_left, window_right)
+    return _abi.make_problem(b, hq, k.shape[2], sq, k.shape[1], d, causal, window_left, window_right,
+                             head_dim_v=v.shape[-1])
 
 
 _sm_counts: dict = {}
@@ -158,8 +181,9 @@ _lib.define("bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse
 class _FwdShape:
     """What a CUDA forward call of one shape needs besides its tensors, worked out on its first call."""
 
-    def __init__(self, q, k, causal, needs_backward, window):
-        problem = _problem(q, k, causal, *window)
+    def __init__(self, q, k, v, causal, needs_backward, window):
+        problem = _problem(q, k, v, causal, *window)
+        # With needs_backward, a row without a backward kernel is refused here, before the planning thread is asked.
         _abi.check_problem(problem, needs_backward)
         self.problem = _abi.problem_values(problem)
         self.dtype = _GPU_DTYPES[q.dtype]
@@ -174,8 +198,8 @@ class _BwdShape:
     in_background: the plan is built on the planning thread (a forward that will be differentiated asks for it, so
     that a new shape's planning overlaps the rest of the step instead of delaying the backward); `plan` waits for it."""
 
-    def __init__(self, q, k, causal, schedule, sm_margin, window, in_background=False):
-        problem = _problem(q, k, causal, *window)
+    def __init__(self, q, k, v, causal, schedule, sm_margin, window, in_background=False):
+        problem = _problem(q, k, v, causal, *window)
         self.problem = _abi.problem_values(problem)
         self.dtype = _GPU_DTYPES[q.dtype]
         num_ctas = _num_ctas(q.device, sm_margin)
@@ -216,8 +240,9 @@ def _planning_thread():
     return _planner
 
 
-def _bwd_key(q, k, causal, schedule, sm_margin, window_left, window_right):
-    return (q.shape, k.shape, q.dtype, causal, schedule, q.device.index, sm_margin, window_left, window_right)
+def _bwd_key(q, k, v, causal, schedule, sm_margin, window_left, window_right):
+    return (q.shape, k.shape, v.shape[-1], q.dtype, causal, schedule, q.device.index, sm_margin, window_left,
+            window_right)
 
 
 _fwd_shapes: dict = {}
@@ -226,21 +251,21 @@ _bwd_shapes: dict = {}
 
 def _fwd_cuda(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0,
               window_left=-1, window_right=-1):
-    key = (q.shape, k.shape, q.dtype, causal, needs_backward, window_left, window_right)
+    key = (q.shape, k.shape, v.shape[-1], q.dtype, causal, needs_backward, window_left, window_right)
     shape = _fwd_shapes.get(key)
     if shape is None:
-        shape = _fwd_shapes[key] = _FwdShape(q, k, causal, needs_backward, (window_left, window_right))
+        shape = _fwd_shapes[key] = _FwdShape(q, k, v, causal, needs_backward, (window_left, window_right))
     if needs_backward:
-        # A new shape's backward plan is started first (the forward's checks passed above), on the planning thread,
-        # so that it is built while the forward and the rest of the step run (not during CUDA-graph capture: the
-        # backward then says that a plan is missing).
-        bwd_key = _bwd_key(q, k, causal, schedule, sm_margin, window_left, window_right)
+        # A new shape's backward plan is started first (the forward's checks passed above: the pair has a backward
+        # kernel), on the planning thread, so that it is built while the forward and the rest of the step run (not
+        # during CUDA-graph capture: the backward then says that a plan is missing).
+        bwd_key = _bwd_key(q, k, v, causal, schedule, sm_margin, window_left, window_right)
         if bwd_key not in _bwd_shapes and not torch.cuda.is_current_stream_capturing():
-            _bwd_shapes[bwd_key] = _BwdShape(q, k, causal, schedule, sm_margin, (window_left, window_right),
+            _bwd_shapes[bwd_key] = _BwdShape(q, k, v, causal, schedule, sm_margin, (window_left, window_right),
                                              in_background=True)
     b, sq, hq, _ = q.shape
     lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
-    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    o = torch.empty((b, sq, hq, v.shape[-1]), dtype=q.dtype, device=q.device)  # the value head dim
     workspace = torch.empty(shape.workspace_bytes, dtype=torch.uint8, device=q.device)
     args = _abi.pack_fwd_args(shape.problem, shape.dtype, q, k, v, o, lse.data_ptr(), softmax_scale)
     check(_on_device(q.device, lambda stream: LIB.dash_fwd(ctypes.byref(args), workspace.data_ptr(),
@@ -250,12 +275,12 @@ def _fwd_cuda(q, k, v, causal, softmax_scale, deterministic, schedule, needs_bac
 
 def _fwd_cpu(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0,
              window_left=-1, window_right=-1):
-    problem = _problem(q, k, causal, window_left, window_right)
-    _abi.check_problem(problem, needs_backward)
+    problem = _problem(q, k, v, causal, window_left, window_right)
+    _abi.check_problem(problem, needs_backward, cpu=True)  # the CPU backend runs the backward at every row
     b, sq, hq, _ = q.shape
     lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
     q32, k32, v32 = (t.float().contiguous() for t in (q, k, v))
-    o32 = torch.empty_like(q32)
+    o32 = torch.empty((b, sq, hq, v.shape[-1]), dtype=torch.float32)
     args = _abi.pack_fwd_args(_abi.problem_values(problem), _abi.DASH_DTYPE_FP32, q32, k32, v32, o32,
                               lse.data_ptr(), softmax_scale)
     check(LIB.dash_cpu_fwd(ctypes.byref(args)))
@@ -264,10 +289,10 @@ def _fwd_cpu(q, k, v, causal, softmax_scale, deterministic, schedule, needs_back
 
 def _bwd_cuda(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0, window_left=-1,
               window_right=-1):
-    key = _bwd_key(q, k, causal, schedule, sm_margin, window_left, window_right)
+    key = _bwd_key(q, k, v, causal, schedule, sm_margin, window_left, window_right)
     shape = _bwd_shapes.get(key)
     if shape is None:
-        shape = _bwd_shapes[key] = _BwdShape(q, k, causal, schedule, sm_margin, (window_left, window_right))
+        shape = _bwd_shapes[key] = _BwdShape(q, k, v, causal, schedule, sm_margin, (window_left, window_right))
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
@@ -304,7 +329,7 @@ def _launch_bwd(args, plan, cache, deterministic, device):
 
 def _bwd_cpu(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0, window_left=-1,
              window_right=-1):
-    problem = _problem(q, k, causal, window_left, window_right)
+    problem = _problem(q, k, v, causal, window_left, window_right)
     plan = _abi.HostPlan(problem, schedule, _num_ctas(q.device, sm_margin), _abi.DASH_GQA_AUTO)
 
     def run(*tensors):
@@ -337,7 +362,8 @@ bwd = torch.ops.dash_attn.bwd.default
 def _(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0, window_left=-1,
       window_right=-1):
     b, sq, hq, _ = q.shape
-    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((b, hq, sq), dtype=torch.float32)
+    # o has v's last dim (the value head dim), as the kernels write it.
+    return q.new_empty((b, sq, hq, v.shape[-1])), q.new_empty((b, hq, sq), dtype=torch.float32)
 
 
 @torch.library.register_fake("dash_attn::bwd", lib=_lib)
@@ -430,10 +456,10 @@ _captured_packs: set = set()
 class _PackEntry:
     """A pack (dash_pack_t) with its problem, rows and longest sequences, and the plans made for it."""
 
-    def __init__(self, q, k, causal, window_left, window_right, cu_q: bytes, cu_k: bytes):
+    def __init__(self, q, k, v, causal, window_left, window_right, cu_q: bytes, cu_k: bytes):
         batch = len(cu_q) // 4 - 1
         problem = _abi.make_problem(batch, q.shape[1], k.shape[1], 0, 0, q.shape[2], causal, window_left,
-                                    window_right)
+                                    window_right, head_dim_v=v.shape[2])
         self.pack = _abi.Pack(problem, cu_q, cu_k)
         full = self.pack.problem()
         self.problem = _abi.problem_values(full)
@@ -469,13 +495,13 @@ def _pack_entry(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     if len(cu_q) != len(cu_k):
         raise ValueError(f"dash_attn: cu_seqlens_q (length {len(cu_q) // 4}) and cu_seqlens_k (length "
                          f"{len(cu_k) // 4}) must both have length batch + 1")
-    key = (q.shape[1], k.shape[1], q.shape[2], causal, window_left, window_right, cu_q, cu_k)
+    key = (q.shape[1], k.shape[1], q.shape[2], v.shape[2], causal, window_left, window_right, cu_q, cu_k)
     entry = _packs.get(key)
     if entry is None:
         if q.is_cuda and torch.cuda.is_current_stream_capturing():
             # (nor may an eviction free a pack's device tables during capture)
             raise RuntimeError(_CAPTURE_NEW_PACK)
-        entry = _PackEntry(q, k, causal, window_left, window_right, cu_q, cu_k)
+        entry = _PackEntry(q, k, v, causal, window_left, window_right, cu_q, cu_k)
         _packs[key] = entry
         if len(_packs) > PACK_CACHE_SIZE:
             _packs.popitem(last=False)
@@ -515,7 +541,7 @@ def _use_on_device(entry: _PackEntry, device: torch.device) -> None:
 
 def _varlen_empty(q, k, v):
     total_q, hq, _ = q.shape
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+    return (torch.empty((total_q, hq, v.shape[-1]), dtype=q.dtype, device=q.device),  # the value head dim
             torch.empty((hq, total_q), dtype=torch.float32, device=q.device))
 
 
@@ -547,7 +573,7 @@ def _varlen_fwd_cpu(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     if entry.empty:
         return o.zero_(), lse.fill_(float("-inf"))
     q32, k32, v32 = (t.float().contiguous() for t in (q, k, v))
-    o32 = torch.empty_like(q32)
+    o32 = torch.empty((q.shape[0], q.shape[1], v.shape[-1]), dtype=torch.float32)
     args = _abi.pack_varlen_fwd_args(entry.problem, _abi.DASH_DTYPE_FP32, q32, k32, v32, o32, lse.data_ptr(),
                                      softmax_scale)
     check(LIB.dash_cpu_fwd_varlen(ctypes.byref(args), entry.pack.handle))
@@ -613,8 +639,7 @@ varlen_bwd = torch.ops.dash_attn.varlen_bwd.default
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, deterministic,
       schedule, sm_margin=0, window_left=-1, window_right=-1):
     total_q, hq, _ = q.shape
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
-            q.new_empty((hq, total_q), dtype=torch.float32))
+    return q.new_empty((total_q, hq, v.shape[-1])), q.new_empty((hq, total_q), dtype=torch.float32)
 
 
 @torch.library.register_fake("dash_attn::varlen_bwd", lib=_lib)

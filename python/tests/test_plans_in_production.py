@@ -19,9 +19,9 @@ def gradients(q, k, v, dout, causal, schedule, sm_margin):
     return [t.grad for t in leaves]
 
 
-def wave(q, k, causal, schedule, num_ctas):
+def wave(q, k, v, causal, schedule, num_ctas):
     """The wave (min_coresident_ctas) of the plan the backward would use on num_ctas CTAs."""
-    problem = _torch_ops._problem(q, k, causal)
+    problem = _torch_ops._problem(q, k, v, causal)
     if q.is_cuda:
         plan = _abi.DevicePlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO)
         return plan.header_field("min_coresident_ctas")
@@ -41,7 +41,7 @@ def check_cta_count_invariance(device, sms, margins, shape, dtype):
     for causal in (False, True):
         for schedule in SCHEDULES:
             reference = gradients(q, k, v, dout, causal, schedule, 0)
-            full_wave = wave(q, k, causal, schedule, sms)
+            full_wave = wave(q, k, v, causal, schedule, sms)
             for margin in margins:
                 where = f"{schedule} causal={causal} {heads_q}/{heads_kv} on {sms - margin} CTAs (wave {full_wave})"
                 if sms - margin >= full_wave:
@@ -50,7 +50,7 @@ def check_cta_count_invariance(device, sms, margins, shape, dtype):
                         assert torch.equal(a, b), f"{where}: {name} bits differ from {sms} CTAs"
                 elif schedule == "auto":
                     got = gradients(q, k, v, dout, causal, schedule, margin)  # another plan: it must run
-                    assert wave(q, k, causal, schedule, sms - margin) <= sms - margin, where
+                    assert wave(q, k, v, causal, schedule, sms - margin) <= sms - margin, where
                     assert all(torch.isfinite(t).all() for t in got), where
                 else:
                     with pytest.raises(dash_attn.DashError, match="schedule"):
@@ -108,7 +108,7 @@ def test_chunked_lockstep_plans_match_float64(device, schedule, causal):
     seqlen, hdim = (4500, 128) if device == "cuda" else (2300, 64)  # CPU: 18 KV tiles of 128 (2 per shift item)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     q, k, v, dout = inputs(device, 1, seqlen, 4, 2, hdim, dtype)
-    problem = _torch_ops._problem(q, k, causal)
+    problem = _torch_ops._problem(q, k, v, causal)
     plan = (_abi.DevicePlan(problem, schedule, 0, _abi.DASH_GQA_SPLIT_HEADS) if device == "cuda" else None)
     if plan is not None:
         assert plan.header_field("items_per_unit") == 16 and "per item" in plan.note, plan.note
@@ -131,7 +131,7 @@ def test_chunked_lockstep_plans_match_float64(device, schedule, causal):
 def test_the_forward_plans_the_backward_on_the_planning_thread():
     import concurrent.futures
     q, k, v, dout = inputs("cuda", 1, 1537, 4, 2, 128, torch.bfloat16)  # a length no other test plans
-    key = _torch_ops._bwd_key(q, k, True, "auto", 0, -1, -1)
+    key = _torch_ops._bwd_key(q, k, v, True, "auto", 0, -1, -1)
     assert key not in _torch_ops._bwd_shapes
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     out = dash_attn.attention(*leaves, causal=True)
@@ -162,7 +162,7 @@ def test_a_planning_thread_error_is_raised_by_the_backward_every_time():
         out = dash_attn.attention(*leaves, schedule="shift", sm_margin=sms - 2)  # 2 CTAs
         with pytest.raises(dash_attn.DashError, match="schedule"):
             out.backward(dout)
-        assert _torch_ops._bwd_key(q, k, False, "shift", sms - 2, -1, -1) not in _torch_ops._bwd_shapes
+        assert _torch_ops._bwd_key(q, k, v, False, "shift", sms - 2, -1, -1) not in _torch_ops._bwd_shapes
 
 
 # The planning thread may build a plan while the step's thread captures a CUDA graph (a training loop captures after

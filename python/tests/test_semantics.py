@@ -13,8 +13,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 import dash_attn  # noqa: E402
 from dash_attn import _abi  # noqa: E402
 
-import attention_reference as ref  # noqa: E402
-
 HAVE_CUDA = torch.cuda.is_available() and bool(_abi.LIB.dash_cuda_available())
 DEVICES = ["cpu"] + (["cuda"] if HAVE_CUDA else [])
 DTYPE = {"cpu": torch.float32, "cuda": torch.bfloat16}
@@ -158,8 +156,12 @@ def test_sdpa_refuses_what_it_cannot_match():
         sdpa(q, k, k, attn_mask=torch.ones(30, 50, dtype=torch.bool))
     with pytest.raises(ValueError, match="dropout_p"):
         sdpa(q, k, k, dropout_p=0.1)
-    with pytest.raises(ValueError, match="value's head dim|key shape"):
+    # A value head dim Ev other than E runs where the kernel table has the pair (192 / 128; test_head_dim_v.py);
+    # another is refused naming the value.
+    with pytest.raises(ValueError, match=r"value head_dim 32 is not supported with query / key head_dim 64"):
         sdpa(q, k, torch.randn(2, 4, 50, 32))
+    with pytest.raises(ValueError, match=r"key shape \(2, 4, 50, 64\) and value shape \(2, 4, 49, 64\) must match in all"):
+        sdpa(q, k, torch.randn(2, 4, 49, 64))
     with pytest.raises(ValueError, match=r"at least 3 dimensions.*\(30, 64\)"):
         sdpa(q[0, 0], k[0, 0], k[0, 0])
     with pytest.raises(ValueError, match="scale"):
@@ -185,7 +187,7 @@ def test_cpu_refuses_what_cuda_refuses():
                            mask_kind=_abi.DASH_MASK_FULL, window_left=-1, window_right=-1, head_dim_v=0)
     with pytest.raises(ValueError, match="head_dim: 80 is not supported"):
         _abi.check_problem(problem, True)
-    assert _abi.SUPPORTED_HEAD_DIMS == (64, 96, 128)
+    assert _abi.SUPPORTED_HEAD_DIMS == (64, 96, 128, 256)  # the rows with head_dim_v = head_dim
 
 
 # ---- limits before work ------------------------------------------------------------------------------------
@@ -279,15 +281,50 @@ def test_a_million_tokens_forward_and_backward(request):
         close(dv[0, j], dv_j, f"dV key {j}")
 
 
-def test_a_value_head_dim_other_than_head_dim_is_refused_naming_it():
-    """dash_problem.head_dim_v (C ABI, plan format version 2): 0 or head_dim run; any other value is refused before
-    anything is planned, as DASH_ERROR_UNSUPPORTED naming problem.head_dim_v (no kernel takes 192 / 128 yet)."""
-    problem = _abi.make_problem(1, 2, 2, 64, 64, 128, True)
-    problem.head_dim_v = 0
-    _abi.check_problem(problem, True)
-    problem.head_dim_v = 128
-    _abi.check_problem(problem, True)
-    problem.head_dim_v = 64
-    with pytest.raises(ValueError, match="problem.head_dim_v"):
-        _abi.check_problem(problem, True)
+# ---- head_dim_v: the kernel table's pairs (the torch-level behaviour: test_head_dim_v.py) -----------------------
 
+def test_every_pair_of_the_kernel_table_is_accepted_and_others_are_refused_naming_the_field():
+    """dash_problem.head_dim_v (C ABI, plan format version 2; 0 = head_dim): a (head_dim, head_dim_v) pair with a row
+    of the kernel table runs; any other is refused before anything is planned, DASH_ERROR_UNSUPPORTED naming
+    problem.head_dim when no row has the head dim and problem.head_dim_v when a row has it with another value head
+    dim, listing the pairs."""
+    pairs = {(r.head_dim, r.head_dim_v) for r in _abi.KERNEL_ROWS}
+    assert {(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)} <= pairs
+    runs = _abi.LIB.dash_planner_runs()
+    for d, dv in pairs:
+        for head_dim_v in {dv, 0 if dv == d else dv}:
+            problem = _abi.make_problem(1, 2, 2, 64, 64, d, True)
+            problem.head_dim_v = head_dim_v
+            _abi.check_problem(problem, False)
+            _abi.check_problem(problem, True, cpu=True)  # the CPU backend's backward runs every row
+    for d, dv, field in ((128, 64, "problem.head_dim_v: 64 is not supported with head_dim 128"),
+                         (192, 0, r"problem.head_dim_v: 192 \(0: equal to head_dim\) is not supported"),
+                         (192, 192, "problem.head_dim_v: 192 is not supported with head_dim 192"),
+                         (80, 0, "problem.head_dim: 80 is not supported")):
+        problem = _abi.make_problem(1, 2, 2, 64, 64, d, True)
+        problem.head_dim_v = dv
+        for needs_backward, cpu in ((False, False), (True, False), (True, True)):
+            with pytest.raises(ValueError, match=field + r".*64, 96, 128, 192/128 and 256"):
+                _abi.check_problem(problem, needs_backward, cpu)
+    assert _abi.LIB.dash_planner_runs() == runs
+
+
+def test_the_gpu_backward_of_a_forward_only_row_is_refused_naming_the_head_dim():
+    """Rows without a backward kernel (256, 192 / 128): the GPU backward is refused (DASH_ERROR_UNSUPPORTED naming
+    problem.head_dim), the forward and the CPU backend's backward are not; the size limits apply to all."""
+    for row in _abi.KERNEL_ROWS:
+        problem = _abi.make_problem(1, 2, 2, 64, 64, row.head_dim, True, head_dim_v=row.head_dim_v)
+        _abi.check_problem(problem, False)
+        _abi.check_problem(problem, True, cpu=True)
+        if row.backward:
+            _abi.check_problem(problem, True)
+            continue
+        name = _abi.pair_name(row.head_dim, row.head_dim_v)
+        with pytest.raises(ValueError, match=f"problem.head_dim: {name} has a forward kernel only in this build "
+                                             r"\(the backward at head dims 192/128 and 256 is not built yet"):
+            _abi.check_problem(problem, True)
+    assert {_abi.pair_name(r.head_dim, r.head_dim_v) for r in _abi.KERNEL_ROWS if not r.backward} == {"192/128", "256"}
+    too_long = _abi.make_problem(1, 1, 1, 10_000_000, 10_000_000, 192, True, head_dim_v=128)
+    _abi.check_problem(too_long, False)
+    with pytest.raises(ValueError, match="seqlen_q: 10000000 needs 156250 Q tiles"):
+        _abi.check_problem(too_long, True, cpu=True)

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Shape sweep: awkward lengths on both sides against the float64 reference, for every schedule, both masks,
-every head dim of the kernel table, MHA and GQA, deterministic (with a bitwise repeat) and not; on CUDA (bf16) and on the CPU
-backend (fp32, smaller heads).
+every (head_dim, head_dim_v) row of the kernel table, MHA and GQA, deterministic (with a bitwise repeat) and not; on
+CUDA (bf16) and on the CPU backend (fp32, smaller heads). A row without a backward kernel (256, 192 / 128) runs the
+forward alone on CUDA and both passes on the CPU backend.
 
 The default run is a sample of the full product that covers every length on each side several times
 (`sample_cases`); `--sweep full` (or DASH_SWEEP=full) runs the whole product, and `--sweep memcheck` a sample
@@ -19,18 +20,21 @@ torch = pytest.importorskip("torch")
 import dash_attn  # noqa: E402
 from dash_attn import _abi  # noqa: E402
 
-from attention_reference import check_against_reference  # noqa: E402
+from attention_reference import check_against_reference, check_forward_against_reference  # noqa: E402
 
 SEQLENS = (1, 2, 3, 7, 8, 17, 63, 64, 65, 113, 127, 128, 129, 203, 239, 1023, 1024, 1025)
 SCHEDULES = ("auto", "auto-fastest", "ascending", "descending", "shift", "symmetric-shift")
-HEAD_DIMS = _abi.SUPPORTED_HEAD_DIMS  # every row of the kernel table
+# Every row of the kernel table, as (head_dim, head_dim_v); BACKWARD says which have a backward kernel.
+HEAD_DIMS = tuple((r.head_dim, r.head_dim_v) for r in _abi.KERNEL_ROWS)
+BACKWARD = {(r.head_dim, r.head_dim_v): r.backward for r in _abi.KERNEL_ROWS}
 MASKS = (False, True)  # causal
 # (batch, query heads, KV heads): MHA and GQA. The CPU backend is slow, so its heads are fewer.
 HEADS = {"cuda": ((2, 3, 3), (2, 6, 2)), "cpu": ((1, 2, 2), (1, 4, 2))}
 # Offsets d of the sampled (seqlen_q, seqlen_k) = (SEQLENS[i], SEQLENS[(i + d) % 18]) pairs: each offset puts
 # every length once on each side. 4 gives (239, 1) and 14 gives (1, 239). 18 pairs per offset, and as many offsets
-# as it takes for every combination of the other dimensions to occur (144 on CUDA, 72 on the CPU, with 3 head dims).
-SAMPLE_OFFSETS = {"cuda": (0, 1, 4, 7, 9, 12, 14, 17), "cpu": (0, 4, 9, 14)}
+# as it takes for every combination of the other dimensions to occur (252 pairs for 240 combinations on CUDA, 126
+# for 120 on the CPU, with the 5 rows of the table).
+SAMPLE_OFFSETS = {"cuda": (0, 1, 2, 3, 4, 5, 6, 7, 9, 11, 12, 14, 15, 17), "cpu": (0, 2, 4, 7, 9, 12, 14)}
 
 
 def sweep_mode(config):
@@ -60,8 +64,9 @@ def mask_name(mask):
 
 
 def case_id(case):
-    sq, sk, mask, d, (b, hq, hk), schedule, det = case
-    return f"sq{sq}_sk{sk}_{mask_name(mask)}_d{d}_b{b}h{hq}-{hk}_{schedule}_{'det' if det else 'nondet'}"
+    sq, sk, mask, (d, dv), (b, hq, hk), schedule, det = case
+    dims = f"d{d}" if dv == d else f"d{d}-{dv}"
+    return f"sq{sq}_sk{sk}_{mask_name(mask)}_{dims}_b{b}h{hq}-{hk}_{schedule}_{'det' if det else 'nondet'}"
 
 
 def pytest_generate_tests(metafunc):
@@ -72,18 +77,25 @@ def pytest_generate_tests(metafunc):
 
 
 def inputs(case, device, dtype, seed):
-    sq, sk, _mask, d, (b, hq, hk), schedule, det = case
+    """q, k (head_dim), v, dout (head_dim_v)."""
+    sq, sk, _mask, (d, dv), (b, hq, hk), schedule, det = case
     g = torch.Generator(device=device).manual_seed(seed)
-    mk = lambda s, h: torch.randn(b, s, h, d, device=device, dtype=torch.float32, generator=g).to(dtype)
-    return mk(sq, hq), mk(sk, hk), mk(sk, hk), mk(sq, hq)
+    mk = lambda s, h, w: torch.randn(b, s, h, w, device=device, dtype=torch.float32, generator=g).to(dtype)
+    return mk(sq, hq, d), mk(sk, hk, d), mk(sk, hk, dv), mk(sq, hq, dv)
 
 
 def run_case(case, device, dtype):
-    sq, sk, mask, d, heads, schedule, det = case
+    sq, sk, mask, (d, dv), heads, schedule, det = case
     q, k, v, dout = inputs(case, device, dtype, seed=sq * 7919 + sk)
     scale = 1 / math.sqrt(d)
     masking = dict(window_size=mask) if isinstance(mask, tuple) else dict(causal=mask)
     fn = lambda q, k, v: dash_attn.attention(q, k, v, deterministic=det, schedule=schedule, **masking)
+    if device == "cuda" and not BACKWARD[(d, dv)]:
+        # The forward alone (no input requires grad: a differentiated call is refused at the forward there).
+        out = fn(q, k, v)
+        check_forward_against_reference(out, q, k, v, mask, scale, dtype, label=case_id(case))
+        assert torch.equal(out, fn(q, k, v)), f"{case_id(case)}: out differs between two runs"
+        return
     ours = forward_backward(fn, q, k, v, dout)
     check_against_reference(ours, q, k, v, dout, mask, scale, dtype if device == "cuda" else torch.float32,
                             label=case_id(case))
@@ -151,3 +163,5 @@ def test_sample_covers_every_length_on_both_sides():
         combos = {c[2:] for c in cases}
         dets = 2 if device == "cuda" else 1
         assert len(combos) == len(MASKS) * len(HEAD_DIMS) * len(HEADS[device]) * len(SCHEDULES) * dets
+    # The rows issue 16 added are in the sweep, and so in every sample: MLA-style 192 / 128 and 256.
+    assert (192, 128) in HEAD_DIMS and (256, 256) in HEAD_DIMS, HEAD_DIMS

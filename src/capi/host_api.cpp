@@ -74,7 +74,8 @@ void require_kernel_pair(const dash::Problem& p) {
                                 "; one number means head_dim_v = head_dim)";
   bool head_dim_has_a_row = false;
   for (const dash::KernelTableRow& row : dash::kKernelTable) head_dim_has_a_row |= row.head_dim == p.head_dim;
-  if (!head_dim_has_a_row) throw dash::Error("problem.head_dim", std::to_string(p.head_dim) + " is not supported" + supported);
+  if (!head_dim_has_a_row)
+    throw dash::Error("problem.head_dim", std::to_string(p.head_dim) + " is not supported" + supported);
   throw dash::Error("problem.head_dim_v", std::to_string(p.value_head_dim()) +
                                               (p.head_dim_v == 0 ? " (0: equal to head_dim)" : "") +
                                               " is not supported with head_dim " + std::to_string(p.head_dim) +

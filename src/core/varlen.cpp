@@ -189,8 +189,9 @@ namespace {
 // Re-throws a per-sequence planning error under the pack's argument names: the lengths come from cu_seqlens, the
 // other problem fields from `problem`.
 [[noreturn]] void rethrow_for_sequence(const Error& e, const dash_pack_sequence& s) {
-  static const std::unordered_set<std::string> problem_fields = {"batch",  "heads_q", "heads_kv", "head_dim",
-                                                                 "head_dim_v", "mask", "window", "window_left", "window_right"};
+  static const std::unordered_set<std::string> problem_fields = {"batch",       "heads_q", "heads_kv",
+                                                                 "head_dim",    "head_dim_v", "mask",
+                                                                 "window",      "window_left", "window_right"};
   std::string argument = e.argument();
   if (argument == "seqlen_q") argument = "cu_seqlens_q";
   else if (argument == "seqlen_k") argument = "cu_seqlens_k";

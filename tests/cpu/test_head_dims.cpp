@@ -208,7 +208,8 @@ bool visible(const dash_problem& p, int64_t i, int64_t j) {
     case DASH_MASK_FULL: return true;
     case DASH_MASK_CAUSAL: return j <= diagonal;
     default:
-      return (p.window_left < 0 || j >= diagonal - p.window_left) && (p.window_right < 0 || j <= diagonal + p.window_right);
+      return (p.window_left < 0 || j >= diagonal - p.window_left) &&
+             (p.window_right < 0 || j <= diagonal + p.window_right);
   }
 }
 
@@ -231,8 +232,9 @@ struct Inputs {
 
 Inputs random_inputs(const dash_problem& p, uint32_t seed) {
   const int32_t dv = p.head_dim_v != 0 ? p.head_dim_v : p.head_dim;
-  Inputs in{p, Dense(p.batch, p.seqlen_q, p.heads_q, p.head_dim, 0.f), Dense(p.batch, p.seqlen_k, p.heads_kv, p.head_dim, 0.f),
-            Dense(p.batch, p.seqlen_k, p.heads_kv, dv, 0.f), Dense(p.batch, p.seqlen_q, p.heads_q, dv, 0.f)};
+  Inputs in{p, Dense(p.batch, p.seqlen_q, p.heads_q, p.head_dim, 0.f),
+            Dense(p.batch, p.seqlen_k, p.heads_kv, p.head_dim, 0.f), Dense(p.batch, p.seqlen_k, p.heads_kv, dv, 0.f),
+            Dense(p.batch, p.seqlen_q, p.heads_q, dv, 0.f)};
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
   for (Dense* t : {&in.q, &in.k, &in.v, &in.dout})
@@ -246,8 +248,9 @@ struct Outputs {
 };
 
 // Attention and its gradients in fp64 from the definitions: S = scale Q K^T (over head_dim), P = softmax(S) over the
-// visible keys, O = P V (head_dim_v columns), dV = P^T dO, dP = dO V^T, dS = P o (dP - rowsum(dO o O)), dQ = scale dS K,
-// dK = scale dS^T Q; GQA query heads summed into their KV head. A row that sees no key: O = 0, LSE = -inf, no gradient.
+// visible keys, O = P V (head_dim_v columns), dV = P^T dO, dP = dO V^T, dS = P o (dP - rowsum(dO o O)),
+// dQ = scale dS K, dK = scale dS^T Q; GQA query heads summed into their KV head. A row that sees no key: O = 0,
+// LSE = -inf, no gradient.
 Outputs fp64_attention(const Inputs& in, double scale) {
   const dash_problem& p = in.p;
   const int64_t d = p.head_dim, dv = p.head_dim_v != 0 ? p.head_dim_v : p.head_dim, sq = p.seqlen_q, sk = p.seqlen_k;
@@ -280,7 +283,8 @@ Outputs fp64_attention(const Inputs& in, double scale) {
         for (int64_t j = 0; j < sk; ++j) l += std::isinf(s[size_t(j)]) ? 0.0 : std::exp(s[size_t(j)] - m);
         lse = m + std::log(l);
         std::vector<double> prob(size_t(sk), 0.0);
-        for (int64_t j = 0; j < sk; ++j) prob[size_t(j)] = std::isinf(s[size_t(j)]) ? 0.0 : std::exp(s[size_t(j)] - lse);
+        for (int64_t j = 0; j < sk; ++j)
+          prob[size_t(j)] = std::isinf(s[size_t(j)]) ? 0.0 : std::exp(s[size_t(j)] - lse);
         double* o = &out.o[idx(b, i, h, sq, p.heads_q, dv)];
         for (int64_t j = 0; j < sk; ++j)
           for (int64_t e = 0; e < dv; ++e) o[e] += prob[size_t(j)] * in.v.at(b, j, hk)[e];
@@ -484,8 +488,9 @@ TEST(CpuBackendHeadDimV, VarlenMatchesFp64PerSequence) {
       one.seqlen_q = lengths_q[s];
       one.seqlen_k = lengths_k[s];
       if (one.seqlen_q == 0) continue;
-      Inputs alone{one, Dense(1, one.seqlen_q, p.heads_q, head_dim, 0.f), Dense(1, one.seqlen_k, p.heads_kv, head_dim, 0.f),
-                   Dense(1, one.seqlen_k, p.heads_kv, dv, 0.f), Dense(1, one.seqlen_q, p.heads_q, dv, 0.f)};
+      Inputs alone{one, Dense(1, one.seqlen_q, p.heads_q, head_dim, 0.f),
+                   Dense(1, one.seqlen_k, p.heads_kv, head_dim, 0.f), Dense(1, one.seqlen_k, p.heads_kv, dv, 0.f),
+                   Dense(1, one.seqlen_q, p.heads_q, dv, 0.f)};
       auto take = [](const Dense& from, Dense& to, int32_t first_row) {
         std::copy_n(from.at(0, first_row, 0), to.x.size(), to.x.data());
       };
@@ -518,7 +523,8 @@ TEST(CpuBackendHeadDimV, VarlenMatchesFp64PerSequence) {
     const std::vector<float> o0(r.o.at(0, 0, 0), r.o.at(0, 0, 0) + size_t(lengths_q[0]) * p.heads_q * dv);
     EXPECT_TRUE(std::all_of(o0.begin(), o0.end(), [](float x) { return x == 0.f; }));
     // Sequence 1 has no queries: its dK / dV rows are zero.
-    const std::vector<float> dv1(r.dv.at(0, cu_k[1], 0), r.dv.at(0, cu_k[1], 0) + size_t(lengths_k[1]) * p.heads_kv * dv);
+    const float* dv1_begin = r.dv.at(0, cu_k[1], 0);
+    const std::vector<float> dv1(dv1_begin, dv1_begin + size_t(lengths_k[1]) * p.heads_kv * dv);
     EXPECT_TRUE(std::all_of(dv1.begin(), dv1.end(), [](float x) { return x == 0.f; }));
   }
 }

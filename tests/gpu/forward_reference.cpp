@@ -43,10 +43,14 @@ float round_to_dtype(float x, dash_dtype dtype) { return bits_to_float(float_to_
 ForwardReference reference_forward(const DenseTensor& q, const DenseTensor& k, const DenseTensor& v, bool causal,
                                    float softmax_scale, dash_dtype dtype) {
   int const batch = q.batch, seqlen_q = q.seqlen, seqlen_k = k.seqlen, heads_q = q.heads, d = q.head_dim;
+  int const dv = v.head_dim;  // O's head dim
   int const group = q.heads / k.heads;
   ForwardReference ref;
-  ref.o_exact.assign(q.values.size(), 0.0);
-  ref.o_lowp.assign(q.values.size(), 0.0);
+  ref.seqlen_q = seqlen_q;
+  ref.heads_q = heads_q;
+  ref.head_dim_v = dv;
+  ref.o_exact.assign(size_t(batch) * seqlen_q * heads_q * dv, 0.0);
+  ref.o_lowp.assign(ref.o_exact.size(), 0.0);
   ref.lse.assign(size_t(batch) * heads_q * seqlen_q, -std::numeric_limits<double>::infinity());
 
   // One work unit: a block of query rows of one (batch, head).
@@ -54,7 +58,7 @@ ForwardReference reference_forward(const DenseTensor& q, const DenseTensor& k, c
   int const row_blocks = (seqlen_q + kRowsPerUnit - 1) / kRowsPerUnit;
   auto run_unit = [&](int b, int h, int row_block) {
     int const hk = h / group;
-    std::vector<double> scores(seqlen_k), exact(d), lowp(d);
+    std::vector<double> scores(seqlen_k), exact(dv), lowp(dv);
     int const row_end = std::min(seqlen_q, (row_block + 1) * kRowsPerUnit);
     for (int i = row_block * kRowsPerUnit; i < row_end; ++i) {
       double row_max = -std::numeric_limits<double>::infinity();
@@ -74,14 +78,14 @@ ForwardReference reference_forward(const DenseTensor& q, const DenseTensor& k, c
         double const p = std::exp(scores[j] - row_max);
         double const p_rounded = round_to_dtype(float(p), dtype);
         sum += p;
-        for (int x = 0; x < d; ++x) {
+        for (int x = 0; x < dv; ++x) {
           double const vx = v.at(b, j, hk, x);
           exact[x] += p * vx;
           lowp[x] += p_rounded * vx;
         }
       }
-      size_t const row = q.index(b, i, h, 0);
-      for (int x = 0; x < d; ++x) {
+      size_t const row = ref.o_index(b, i, h, 0);
+      for (int x = 0; x < dv; ++x) {
         ref.o_exact[row + x] = exact[x] / sum;
         ref.o_lowp[row + x] = round_to_dtype(float(lowp[x] / sum), dtype);
       }

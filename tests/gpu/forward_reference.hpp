@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // forward_reference.hpp — CPU oracle for the attention forward: softmax(Q K^T * scale + mask) V and LSE,
-// in float64 from the same bf16/fp16-rounded inputs the kernel sees, plus a "low-precision" twin that
+// in float64 from the same bf16/fp16-rounded inputs the kernel sees (V, and so O, with a head dim of its own where
+// it differs from Q and K's: MLA-style 192 / 128), plus a "low-precision" twin that
 // rounds P and O to the element type the way any bf16/fp16 kernel must. The kernel is judged against the
 // float64 result with a tolerance scaled by the low-precision twin's own error (FlashAttention's
 // error-against-error rule).
@@ -28,9 +29,13 @@ struct DenseTensor {
 };
 
 struct ForwardReference {
-  std::vector<double> o_exact;  // dense (batch, seqlen_q, heads_q, head_dim)
+  int seqlen_q = 0, heads_q = 0, head_dim_v = 0;  // O's extents (head_dim_v: v's head dim)
+  std::vector<double> o_exact;  // dense (batch, seqlen_q, heads_q, head_dim_v)
   std::vector<double> o_lowp;   // P rounded to the element type before P V, O rounded at the end
   std::vector<double> lse;      // (batch, heads_q, seqlen_q); -inf for rows that see no key
+  size_t o_index(int b, int i, int h, int x) const {
+    return ((size_t(b) * seqlen_q + i) * heads_q + h) * head_dim_v + x;
+  }
 };
 
 // Key j is visible to query i (FlashAttention's bottom-right alignment for the causal mask).
@@ -44,7 +49,7 @@ float round_to_dtype(float x, dash_dtype dtype);
 uint16_t float_to_bits(float x, dash_dtype dtype);
 float bits_to_float(uint16_t bits, dash_dtype dtype);
 
-// Computes the reference on all hardware threads.
+// Computes the reference on all hardware threads. q and k share a head dim; v's (v.head_dim) is O's.
 ForwardReference reference_forward(const DenseTensor& q, const DenseTensor& k, const DenseTensor& v, bool causal,
                                    float softmax_scale, dash_dtype dtype);
 

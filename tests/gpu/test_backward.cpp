@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // test_backward.cpp — the plan-executing backward kernel (src/cuda/bwd/) against a float64 CPU reference:
-// dQ/dK/dV for full/causal masks, head dims 64/128, odd and unequal lengths, GQA (split and packed) and MQA;
-// bitwise reproducibility over 5 runs for every deterministic schedule; the dQ accumulation order the
-// kernel actually executed (the debug order log) equals the plan's; a single-CTA plan; non-deterministic
-// mode within tolerance; argument checks. GPU tests skip, saying so, where no CUDA device is present.
+// dQ/dK/dV for full/causal masks, the head dims with a backward kernel (64, 96, 128), odd and unequal lengths,
+// GQA (split and packed) and MQA; bitwise reproducibility over 5 runs for every deterministic schedule; the dQ
+// accumulation order the kernel actually executed (the debug order log) equals the plan's; a single-CTA plan;
+// non-deterministic mode within tolerance; argument checks, and the refusal of the rows without a backward kernel.
+// GPU tests skip, saying so, where no CUDA device is present.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -329,7 +330,7 @@ TEST_P(BackwardAccuracy, MatchesReference) {
 
 std::vector<AccuracyParam> accuracy_params() {
   std::vector<AccuracyParam> out;
-  for (int d : dash::test::kernel_head_dims())
+  for (int d : dash::test::backward_head_dims())  // the rows with a backward kernel
     for (dash_mask_kind m : {DASH_MASK_FULL, DASH_MASK_CAUSAL}) {
       for (auto [sq, sk] : {std::pair{1, 1}, {113, 113}, {127, 129}, {129, 127}, {1000, 1000}, {64, 300}, {300, 64}}) {
         const int batch = sq >= 1000 ? 1 : 2;
@@ -455,6 +456,47 @@ TEST(Backward, SingleCtaAscendingCompletes) {
   ASSERT_EQ(r.setup("ascending", 1, DASH_GQA_SPLIT_HEADS), "");
   ASSERT_EQ(r.run(1), "");
   expect_close(r, "single-cta/ascending");
+}
+
+// ---- the kernel table's rows ------------------------------------------------------------------------------
+
+// The suites above sweep backward_head_dims(): every row with a backward kernel must be among them (a row of two head
+// dims is not, until the suites' tensors take head_dim_v).
+TEST(BackwardRows, EveryBackwardRowIsSwept) {
+  const std::vector<int> swept = dash::test::backward_head_dims();
+  int with_backward = 0;
+  for (const dash::test::KernelRow& row : dash::test::kernel_rows()) {
+    if (!row.backward) continue;
+    ++with_backward;
+    EXPECT_EQ(row.head_dim_v, row.head_dim)
+        << "row " << row.head_dim << "/" << row.head_dim_v << " has a backward kernel, but the backward suites take "
+        << "one head dim: give their v, o, dout and dv head_dim_v, then sweep it";
+  }
+  EXPECT_EQ(int(swept.size()), with_backward);
+  EXPECT_FALSE(swept.empty());
+}
+
+// A row with a forward kernel only (256, 192 / 128): dash_plan_create refuses it before planning or touching a device
+// (dash_check_problem), naming problem.head_dim. Needs no GPU.
+TEST(BackwardRows, AForwardOnlyRowIsRefusedBeforePlanning) {
+  int refused = 0;
+  for (const dash::test::KernelRow& row : dash::test::kernel_rows()) {
+    if (row.backward) continue;
+    dash_problem p = Case{1, 2, 2, 128, 128, row.head_dim, DASH_MASK_CAUSAL}.problem();
+    p.head_dim_v = row.head_dim_v == row.head_dim ? 0 : row.head_dim_v;
+    const int64_t runs = dash_planner_runs();
+    dash_plan_t plan = nullptr;
+    EXPECT_EQ(dash_plan_create(&p, "auto", 0, DASH_GQA_AUTO, &plan), DASH_ERROR_UNSUPPORTED);
+    const std::string message = dash_last_error();
+    EXPECT_EQ(message.rfind("problem.head_dim: ", 0), 0u) << message;
+    EXPECT_NE(message.find("has a forward kernel only in this build"), std::string::npos) << message;
+    EXPECT_EQ(plan, nullptr);
+    EXPECT_EQ(dash_planner_runs(), runs) << "a planner ran for a refused row";
+    EXPECT_EQ(dash_check_problem(&p, DASH_CHECK_BACKWARD), DASH_ERROR_UNSUPPORTED);
+    EXPECT_EQ(dash_check_problem(&p, DASH_CHECK_CPU_BACKWARD), DASH_OK) << dash_last_error();
+    ++refused;
+  }
+  EXPECT_EQ(refused, 2) << "the table's forward-only rows: 192/128 and 256";
 }
 
 // ---- argument checks (run without a GPU only as far as they touch no device) ----------------------------

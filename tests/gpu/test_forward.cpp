@@ -2,7 +2,9 @@
 // test_forward.cpp — GPU tests of the attention forward through the C ABI (dash/dash_attn.h).
 //
 // Accuracy: each case draws random normal Q, K, V (never zeros), rounds them to bf16/fp16, runs dash_fwd and
-// compares O and LSE with the float64 CPU oracle (forward_reference.hpp). O passes when
+// compares O and LSE with the float64 CPU oracle (forward_reference.hpp). Every row of the kernel table is covered:
+// the rows with a backward kernel (64, 96, 128) by the full sweep, the others (256, and 192 / 128 whose V and O
+// have head dim 128) by a few lengths, both dtypes and masks, GQA, cross lengths and a padded layout. O passes when
 //   max |O_kernel - O_exact| <= 2 * max |O_lowp - O_exact| + atol,
 // O_lowp being the oracle with P and O rounded to the element type (FlashAttention's error-against-error
 // rule; atol covers cases where O_lowp happens to be exact). LSE passes within 2e-3 (it is computed in fp32
@@ -76,6 +78,8 @@ struct Case {
   dash_dtype dtype;
   Layout layout = Layout::Packed;
   float softmax_scale = 0.f;  // 0: the default 1 / sqrt(head_dim)
+  int head_dim_v = 0;         // of V and O; 0: head_dim
+  int value_head_dim() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -90,21 +94,51 @@ Case make_case(std::string prefix, int batch, int hq, int hkv, int sq, int sk, i
   return Case{name, batch, hq, hkv, sq, sk, d, mask, dtype, layout, scale};
 }
 
+// A case of one row of the kernel table: its head dim, and V / O with the row's head_dim_v ("_d192v128" in the name:
+// gtest names take letters, digits and underscores only).
+Case make_row_case(std::string prefix, int batch, int hq, int hkv, int sq, int sk, const dash::test::KernelRow& row,
+                   dash_mask_kind mask, dash_dtype dtype, Layout layout = Layout::Packed) {
+  Case c = make_case(prefix, batch, hq, hkv, sq, sk, row.head_dim, mask, dtype, layout);
+  if (row.head_dim_v != row.head_dim) {
+    c.head_dim_v = row.head_dim_v;
+    const std::string d = "_d" + std::to_string(row.head_dim) + "_";
+    c.name.replace(c.name.find(d), d.size(),
+                   "_d" + std::to_string(row.head_dim) + "v" + std::to_string(row.head_dim_v) + "_");
+  }
+  return c;
+}
+
 // Cases whose name starts with "Small" are the ones compute-sanitizer runs (scripts/gpu_check.sh).
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   auto const masks = {DASH_MASK_FULL, DASH_MASK_CAUSAL};
   auto const dtypes = {DASH_DTYPE_BF16, DASH_DTYPE_FP16};
+  // The full sweep: the rows with both passes (64, 96, 128).
+  const std::vector<int> swept = dash::test::backward_head_dims();
   // Length sweep: around the 128-row / 128-key tile edges, and odd lengths.
   for (int len : {1, 17, 113, 127, 128, 129, 255, 1000}) {
     for (auto mask : masks)
-      for (int d : dash::test::kernel_head_dims())
+      for (int d : swept)
         for (auto dtype : dtypes) cases.push_back(make_case(len <= 255 ? "Small_Len" : "Len", 2, 2, 2, len, len, d, mask, dtype));
   }
   // seqlen_q != seqlen_k both ways; causal rows above the shifted diagonal see no key.
   for (auto [sq, sk] : {std::pair{113, 203}, std::pair{203, 113}, std::pair{17, 300}, std::pair{300, 17}}) {
     for (auto mask : masks)
-      for (int d : dash::test::kernel_head_dims()) cases.push_back(make_case("Small_Cross", 2, 2, 2, sq, sk, d, mask, DASH_DTYPE_BF16));
+      for (int d : swept) cases.push_back(make_case("Small_Cross", 2, 2, 2, sq, sk, d, mask, DASH_DTYPE_BF16));
+  }
+  // The other rows (a forward kernel only for now: 256 and 192 / 128, whose V and O have head dim 128): a few
+  // lengths (one, a tile edge, many tiles) in both dtypes and masks, cross lengths, GQA and a padded layout.
+  for (const dash::test::KernelRow& row : dash::test::kernel_rows()) {
+    if (row.backward && row.head_dim_v == row.head_dim) continue;
+    for (int len : {1, 129, 1000})
+      for (auto mask : masks)
+        for (auto dtype : dtypes)
+          cases.push_back(make_row_case(len <= 255 ? "Small_Len" : "Len", 2, 2, 2, len, len, row, mask, dtype));
+    cases.push_back(make_row_case("Small_Cross", 2, 2, 2, 203, 113, row, DASH_MASK_CAUSAL, DASH_DTYPE_BF16));
+    cases.push_back(make_row_case("Small_Cross", 2, 2, 2, 113, 203, row, DASH_MASK_FULL, DASH_DTYPE_FP16));
+    cases.push_back(make_row_case("Small_GQA8x2", 2, 8, 2, 255, 255, row, DASH_MASK_CAUSAL, DASH_DTYPE_BF16));
+    cases.push_back(make_row_case("Small_HeadPadded", 2, 4, 2, 129, 129, row, DASH_MASK_FULL, DASH_DTYPE_BF16,
+                                  Layout::HeadPadded));
   }
   for (auto mask : masks) {
     cases.push_back(make_case("Cross", 1, 2, 2, 1, 1000, 128, mask, DASH_DTYPE_BF16));
@@ -113,7 +147,7 @@ std::vector<Case> all_cases() {
   }
   // GQA (8 query heads on 2 KV heads) and MQA (8 on 1).
   for (auto mask : masks)
-    for (int d : dash::test::kernel_head_dims()) {
+    for (int d : swept) {
       cases.push_back(make_case("Small_GQA8x2", 2, 8, 2, 255, 255, d, mask, DASH_DTYPE_BF16));
       cases.push_back(make_case("Small_MQA8x1", 1, 8, 1, 129, 77, d, mask, DASH_DTYPE_FP16));
     }
@@ -189,14 +223,15 @@ struct Operand {
   std::vector<uint16_t> storage;
 };
 
-Operand make_operand(std::mt19937_64& rng, const Case& c, int seqlen, int heads) {
-  Operand op{DenseTensor(c.batch, seqlen, heads, c.head_dim), strides_for(c.layout, c.batch, seqlen, heads, c.head_dim), {}};
+// `width`: the operand's head dim (Q and K: head_dim; V: head_dim_v).
+Operand make_operand(std::mt19937_64& rng, const Case& c, int seqlen, int heads, int width) {
+  Operand op{DenseTensor(c.batch, seqlen, heads, width), strides_for(c.layout, c.batch, seqlen, heads, width), {}};
   op.storage.assign(op.strides.storage_elems, kPoisonBits);
   std::normal_distribution<float> normal(0.f, 1.f);
   for (int b = 0; b < c.batch; ++b)
     for (int s = 0; s < seqlen; ++s)
       for (int h = 0; h < heads; ++h)
-        for (int x = 0; x < c.head_dim; ++x) {
+        for (int x = 0; x < width; ++x) {
           uint16_t const bits = dash::test::float_to_bits(normal(rng), c.dtype);
           op.dense.at(b, s, h, x) = dash::test::bits_to_float(bits, c.dtype);
           op.storage[storage_index(op.strides, b, s, h, x)] = bits;
@@ -222,10 +257,10 @@ dash_status run_forward(DeviceProblem& p, cudaStream_t stream) {
 // Uploads random inputs and poisons the outputs. `seed` makes each case's inputs distinct.
 void setup_problem(const Case& c, uint64_t seed, DeviceProblem& p) {
   std::mt19937_64 rng(seed);
-  p.q = make_operand(rng, c, c.seqlen_q, c.heads_q);
-  p.k = make_operand(rng, c, c.seqlen_k, c.heads_kv);
-  p.v = make_operand(rng, c, c.seqlen_k, c.heads_kv);
-  p.o_strides = strides_for(c.layout, c.batch, c.seqlen_q, c.heads_q, c.head_dim);
+  p.q = make_operand(rng, c, c.seqlen_q, c.heads_q, c.head_dim);
+  p.k = make_operand(rng, c, c.seqlen_k, c.heads_kv, c.head_dim);
+  p.v = make_operand(rng, c, c.seqlen_k, c.heads_kv, c.value_head_dim());
+  p.o_strides = strides_for(c.layout, c.batch, c.seqlen_q, c.heads_q, c.value_head_dim());
   for (auto [buffer, op] : {std::pair{&p.dq, &p.q}, std::pair{&p.dk, &p.k}, std::pair{&p.dv, &p.v}}) {
     CUDA_ASSERT(cudaMalloc(&buffer->ptr, op->storage.size() * sizeof(uint16_t)));
     CUDA_ASSERT(cudaMemcpy(buffer->ptr, op->storage.data(), op->storage.size() * sizeof(uint16_t),
@@ -236,7 +271,8 @@ void setup_problem(const Case& c, uint64_t seed, DeviceProblem& p) {
   CUDA_ASSERT(cudaMalloc(&p.dlse.ptr, lse_elems * sizeof(float)));
 
   dash_fwd_args& a = p.args;
-  a.problem = dash_problem{c.batch, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k, c.head_dim, c.mask, -1, -1, 0};
+  a.problem = dash_problem{c.batch, c.heads_q, c.heads_kv, c.seqlen_q, c.seqlen_k, c.head_dim, c.mask, -1, -1,
+                           c.head_dim_v};
   a.dtype = c.dtype;
   a.q = view_of(p.dq.ptr, p.q.strides);
   a.k = view_of(p.dk.ptr, p.k.strides);
@@ -278,12 +314,13 @@ void check_against_reference(const Case& c, const DeviceProblem& p, const Output
   std::vector<bool> in_view(out.o.size(), false);
   double max_err = 0.0, max_err_lowp = 0.0, sum_sq_err = 0.0, sum_sq_ref = 0.0;
   size_t worst = 0;
+  int const dv = c.value_head_dim();  // O's head dim
   for (int b = 0; b < c.batch; ++b)
     for (int i = 0; i < c.seqlen_q; ++i)
       for (int h = 0; h < c.heads_q; ++h)
-        for (int x = 0; x < c.head_dim; ++x) {
+        for (int x = 0; x < dv; ++x) {
           size_t const si = storage_index(p.o_strides, b, i, h, x);
-          size_t const di = p.q.dense.index(b, i, h, x);
+          size_t const di = ref.o_index(b, i, h, x);
           in_view[si] = true;
           double const got = dash::test::bits_to_float(out.o[si], c.dtype);
           if (!std::isfinite(got)) {
@@ -308,9 +345,9 @@ void check_against_reference(const Case& c, const DeviceProblem& p, const Output
 
   double const atol = c.dtype == DASH_DTYPE_BF16 ? 1e-3 : 2.5e-4;
   double const tolerance = 2.0 * max_err_lowp + atol;
-  int const wd = worst % c.head_dim, wh = (worst / c.head_dim) % c.heads_q;
-  int const ws = (worst / (size_t(c.head_dim) * c.heads_q)) % c.seqlen_q;
-  int const wb = int(worst / (size_t(c.head_dim) * c.heads_q * c.seqlen_q));
+  int const wd = worst % dv, wh = (worst / dv) % c.heads_q;
+  int const ws = (worst / (size_t(dv) * c.heads_q)) % c.seqlen_q;
+  int const wb = int(worst / (size_t(dv) * c.heads_q * c.seqlen_q));
   size_t const wsi = storage_index(p.o_strides, wb, ws, wh, wd);
   EXPECT_LE(max_err, tolerance) << c.name << ": worst O error at [b=" << wb << ", s=" << ws << ", h=" << wh
                                 << ", d=" << wd << "]: kernel " << dash::test::bits_to_float(out.o[wsi], c.dtype)
@@ -490,12 +527,56 @@ TEST(ForwardArguments, HeadsMustDivide) {
 TEST(ForwardArguments, UnsupportedHeadDimListsSupported) {
   dash_fwd_args a = plausible_args();
   a.problem.head_dim = 80;
-  expect_rejected(a, DASH_ERROR_UNSUPPORTED, "supported head dims: 64, 96, 128");
+  expect_rejected(a, DASH_ERROR_UNSUPPORTED, "problem.head_dim: 80 is not supported");
+  expect_rejected(a, DASH_ERROR_UNSUPPORTED, "head_dim/head_dim_v pairs: 64, 96, 128, 192/128 and 256");
+  // The equal-head-dim rows (dash_supported_head_dims): 192 / 128 is listed by dash_kernel_rows only.
   const int32_t* dims = dash_fwd_supported_head_dims();
   EXPECT_EQ(dims[0], 64);
   EXPECT_EQ(dims[1], 96);
   EXPECT_EQ(dims[2], 128);
-  EXPECT_EQ(dims[3], 0);  // the list's terminator
+  EXPECT_EQ(dims[3], 256);
+  EXPECT_EQ(dims[4], 0);  // the list's terminator
+}
+
+// Arguments of a (192, 128) call: q and k with 192 columns, v and o with 128 (checked with their own head dim).
+dash_fwd_args mla_args() {
+  dash_fwd_args a = plausible_args();
+  a.problem.head_dim = 192;
+  a.problem.head_dim_v = 128;
+  int64_t const qs = 8 * 192, ks = 2 * 192, vs = 2 * 128, os = 8 * 128;
+  a.q = dash_tensor{a.q.data, 100 * qs, qs, 192};
+  a.k = dash_tensor{a.k.data, 120 * ks, ks, 192};
+  a.v = dash_tensor{a.v.data, 120 * vs, vs, 128};
+  a.o = dash_tensor{a.o.data, 100 * os, os, 128};
+  return a;
+}
+
+TEST(ForwardArguments, ValueHeadDimOfItsRow) {
+  // Every argument passes: the call gets as far as the workspace (checked last, before any CUDA call).
+  dash_fwd_args a = mla_args();
+  expect_rejected(a, DASH_ERROR_INVALID_ARGUMENT, "workspace: null pointer");
+  // o and v are checked with head_dim_v (128), not head_dim: a head stride of 96 overlaps o's rows.
+  a = mla_args();
+  a.o.head_stride = 96;
+  expect_rejected(a, DASH_ERROR_INVALID_ARGUMENT, "o.head_stride: must be >= head_dim (128)");
+  // Pairs without a row: head_dim_v is named (the head dim has a row), with the list.
+  a = mla_args();
+  a.problem.head_dim_v = 0;  // 192 / 192
+  expect_rejected(a, DASH_ERROR_UNSUPPORTED, "problem.head_dim_v: 192 (0: equal to head_dim) is not supported");
+  a = plausible_args();
+  a.problem.head_dim_v = 64;
+  expect_rejected(a, DASH_ERROR_UNSUPPORTED, "problem.head_dim_v: 64 is not supported with head_dim 128");
+  a = plausible_args();
+  a.problem.head_dim_v = -1;
+  expect_rejected(a, DASH_ERROR_INVALID_ARGUMENT, "problem.head_dim_v");
+  // Head dim 256 (its row's forward only): the arguments pass as well.
+  a = plausible_args();
+  a.problem.head_dim = 256;
+  int64_t const qs = 8 * 256, ks = 2 * 256;
+  a.q = dash_tensor{a.q.data, 100 * qs, qs, 256};
+  a.k = a.v = dash_tensor{a.k.data, 120 * ks, ks, 256};
+  a.o = dash_tensor{a.o.data, 100 * qs, qs, 256};
+  expect_rejected(a, DASH_ERROR_INVALID_ARGUMENT, "workspace: null pointer");
 }
 
 TEST(ForwardArguments, MaskKinds) {
@@ -588,7 +669,7 @@ TEST(ForwardArguments, WorkspaceIsRequired) {
 
 TEST(ForwardArguments, CppWrapperCarriesMessage) {
   dash_fwd_args a = plausible_args();
-  a.problem.head_dim = 256;
+  a.problem.head_dim = 80;
   dash::Status const s = dash::attention_forward(a, nullptr, 0, nullptr);
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(s.code, DASH_ERROR_UNSUPPORTED);

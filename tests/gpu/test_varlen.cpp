@@ -2,7 +2,8 @@
 // test_varlen.cpp — packed variable-length sequences on the GPU (dash_fwd_varlen, dash_plan_create_varlen, dash_bwd
 // on a varlen plan) against a float64 reference computed per sequence: forward O / LSE and backward dQ / dK / dV for
 // awkward length mixes (0, 1, 2, 127, 129, seqlen_q != seqlen_k, a sequence without keys, one without queries),
-// full / causal / window masks, GQA split and packed, head dims 64 and 128; bitwise repeats for every schedule; pack
+// full / causal / window masks, GQA split and packed, head dims 64, 96 and 128 (and the forward alone at the rows
+// without a backward kernel, 256 and 192 / 128, v with its own head dim); bitwise repeats for every schedule; pack
 // invariance (a sequence's bits alone equal its bits in a permuted pack with neighbours, even when the neighbours
 // hold NaN); the executed dQ order equals the plan's; the non-deterministic mode within tolerance. Skips, saying so,
 // without a CUDA device.
@@ -40,6 +41,8 @@ struct PackCase {
   int heads_q, heads_kv, head_dim;
   dash_mask_kind mask;
   int window_left = -1, window_right = -1;
+  int head_dim_v = 0;  // of v, o, dout, dv; 0: head_dim
+  int value_head_dim() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
 };
 
 // gtest prints the case by its name (not its bytes).
@@ -63,8 +66,11 @@ struct HostPack {
 
   int total_q() const { return cu_q.back(); }
   int total_k() const { return cu_k.back(); }
+  // Element of q / dq (qi), k / dk (ki): head_dim columns; of o / dout (oi), v / dv (vi): head_dim_v columns.
   size_t qi(int row, int h, int d) const { return (size_t(row) * c.heads_q + h) * c.head_dim + d; }
   size_t ki(int row, int h, int d) const { return (size_t(row) * c.heads_kv + h) * c.head_dim + d; }
+  size_t oi(int row, int h, int d) const { return (size_t(row) * c.heads_q + h) * c.value_head_dim() + d; }
+  size_t vi(int row, int h, int d) const { return (size_t(row) * c.heads_kv + h) * c.value_head_dim() + d; }
 
   dash_problem problem() const {
     dash_problem p{};
@@ -72,6 +78,7 @@ struct HostPack {
     p.heads_q = c.heads_q;
     p.heads_kv = c.heads_kv;
     p.head_dim = c.head_dim;
+    p.head_dim_v = c.head_dim_v;
     p.mask_kind = c.mask;
     p.window_left = c.window_left;
     p.window_right = c.window_right;
@@ -84,19 +91,19 @@ struct HostPack {
     auto fill = [&](std::vector<uint16_t>& t, size_t n) { dash::test::fill_uniform_bf16(t, n, rng); };
     fill(q, size_t(total_q()) * c.heads_q * c.head_dim);
     fill(k, size_t(total_k()) * c.heads_kv * c.head_dim);
-    fill(v, size_t(total_k()) * c.heads_kv * c.head_dim);
-    fill(dout, size_t(total_q()) * c.heads_q * c.head_dim);
+    fill(v, size_t(total_k()) * c.heads_kv * c.value_head_dim());
+    fill(dout, size_t(total_q()) * c.heads_q * c.value_head_dim());
     reference();
   }
 
   void reference() {
-    const int D = c.head_dim, G = c.heads_q / c.heads_kv;
-    o.assign(q.size(), 0);
-    o_ref.assign(q.size(), 0.0);
+    const int D = c.head_dim, DV = c.value_head_dim(), G = c.heads_q / c.heads_kv;
+    o.assign(dout.size(), 0);
+    o_ref.assign(dout.size(), 0.0);
     lse.assign(size_t(c.heads_q) * total_q(), 0.f);
     dq.assign(q.size(), 0.0);
     dk.assign(k.size(), 0.0);
-    dv.assign(k.size(), 0.0);
+    dv.assign(v.size(), 0.0);
     for (size_t s = 0; s < c.seqlens_q.size(); ++s) {
       const int sq = c.seqlens_q[s], sk = c.seqlens_k[s], q0 = cu_q[s], k0 = cu_k[s];
       dash_problem p = problem();
@@ -126,16 +133,17 @@ struct HostPack {
           lse_out = float(mx + std::log(sum));
           for (int j = j0; j < j1; ++j) pr[j] = std::exp(pr[j] - double(lse_out));
           double delta = 0;
-          for (int d = 0; d < D; ++d) {
+          for (int d = 0; d < DV; ++d) {
             double acc = 0;
-            for (int j = j0; j < j1; ++j) acc += pr[j] * from_bf16(v[ki(k0 + j, hk, d)]);
-            o_ref[qi(q0 + i, h, d)] = acc;
-            o[qi(q0 + i, h, d)] = to_bf16(float(acc));
-            delta += double(from_bf16(o[qi(q0 + i, h, d)])) * from_bf16(dout[qi(q0 + i, h, d)]);
+            for (int j = j0; j < j1; ++j) acc += pr[j] * from_bf16(v[vi(k0 + j, hk, d)]);
+            o_ref[oi(q0 + i, h, d)] = acc;
+            o[oi(q0 + i, h, d)] = to_bf16(float(acc));
+            delta += double(from_bf16(o[oi(q0 + i, h, d)])) * from_bf16(dout[oi(q0 + i, h, d)]);
           }
           for (int j = j0; j < j1; ++j) {
             double acc = 0;
-            for (int d = 0; d < D; ++d) acc += double(from_bf16(dout[qi(q0 + i, h, d)])) * from_bf16(v[ki(k0 + j, hk, d)]);
+            for (int d = 0; d < DV; ++d)
+              acc += double(from_bf16(dout[oi(q0 + i, h, d)])) * from_bf16(v[vi(k0 + j, hk, d)]);
             dp[j] = acc;
           }
           for (int j = j0; j < j1; ++j) {
@@ -143,8 +151,8 @@ struct HostPack {
             for (int d = 0; d < D; ++d) {
               dq[qi(q0 + i, h, d)] += scale * ds * from_bf16(k[ki(k0 + j, hk, d)]);
               dk[ki(k0 + j, hk, d)] += scale * ds * from_bf16(q[qi(q0 + i, h, d)]);
-              dv[ki(k0 + j, hk, d)] += pr[j] * from_bf16(dout[qi(q0 + i, h, d)]);
             }
+            for (int d = 0; d < DV; ++d) dv[vi(k0 + j, hk, d)] += pr[j] * from_bf16(dout[oi(q0 + i, h, d)]);
           }
         }
       }
@@ -191,11 +199,11 @@ struct DevicePack {
     dout = device_copy(h.dout);
     o_ref = device_copy(h.o);
     lse_ref = device_copy(h.lse);
-    o = device_copy(std::vector<uint16_t>(h.q.size()));
+    o = device_copy(std::vector<uint16_t>(h.o.size()));
     lse = device_copy(std::vector<float>(h.lse.size()));
     dq = device_copy(std::vector<uint16_t>(h.q.size()));
     dk = device_copy(std::vector<uint16_t>(h.k.size()));
-    dv = device_copy(std::vector<uint16_t>(h.k.size()));
+    dv = device_copy(std::vector<uint16_t>(h.v.size()));
     cudaMalloc(&fwd_ws, 16);
   }
   ~DevicePack() {
@@ -221,10 +229,10 @@ struct DevicePack {
     a.dtype = DASH_DTYPE_BF16;
     a.q = packed(q, h.c.heads_q, h.c.head_dim);
     a.k = packed(k, h.c.heads_kv, h.c.head_dim);
-    a.v = packed(v, h.c.heads_kv, h.c.head_dim);
-    a.o = packed(o, h.c.heads_q, h.c.head_dim);
+    a.v = packed(v, h.c.heads_kv, h.c.value_head_dim());
+    a.o = packed(o, h.c.heads_q, h.c.value_head_dim());
     a.lse = lse;
-    cudaMemset(o, 0xff, h.q.size() * 2);  // NaN: rows the kernel leaves unwritten show
+    cudaMemset(o, 0xff, h.o.size() * 2);  // NaN: rows the kernel leaves unwritten show
     if (dash_fwd_varlen(&a, pack, fwd_ws, 16, nullptr) != DASH_OK) return std::string("dash_fwd_varlen: ") + dash_last_error();
     if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return std::string("forward: ") + cudaGetErrorString(e);
     return "";
@@ -236,12 +244,12 @@ struct DevicePack {
     a.dtype = DASH_DTYPE_BF16;
     a.q = packed(q, h.c.heads_q, h.c.head_dim);
     a.k = packed(k, h.c.heads_kv, h.c.head_dim);
-    a.v = packed(v, h.c.heads_kv, h.c.head_dim);
-    a.o = packed(o_ref, h.c.heads_q, h.c.head_dim);
-    a.dout = packed(dout, h.c.heads_q, h.c.head_dim);
+    a.v = packed(v, h.c.heads_kv, h.c.value_head_dim());
+    a.o = packed(o_ref, h.c.heads_q, h.c.value_head_dim());
+    a.dout = packed(dout, h.c.heads_q, h.c.value_head_dim());
     a.dq = packed(dq, h.c.heads_q, h.c.head_dim);
     a.dk = packed(dk, h.c.heads_kv, h.c.head_dim);
-    a.dv = packed(dv, h.c.heads_kv, h.c.head_dim);
+    a.dv = packed(dv, h.c.heads_kv, h.c.value_head_dim());
     a.lse = lse_ref;
     return a;
   }
@@ -267,7 +275,7 @@ struct DevicePack {
   std::string backward(int deterministic) {
     cudaMemset(dq, 0xff, h.q.size() * 2);
     cudaMemset(dk, 0xff, h.k.size() * 2);
-    cudaMemset(dv, 0xff, h.k.size() * 2);
+    cudaMemset(dv, 0xff, h.v.size() * 2);
     const dash_bwd_args a = bwd_args();
     if (dash_bwd(&a, plan, deterministic, bwd_ws, bwd_ws_bytes, nullptr) != DASH_OK) {
       return std::string("dash_bwd: ") + dash_last_error();
@@ -281,7 +289,7 @@ struct DevicePack {
     bool operator==(const Grads& o) const { return dq == o.dq && dk == o.dk && dv == o.dv; }
   };
   Grads grads() const {
-    return {host_copy(dq, h.q.size()), host_copy(dk, h.k.size()), host_copy(dv, h.k.size())};
+    return {host_copy(dq, h.q.size()), host_copy(dk, h.k.size()), host_copy(dv, h.v.size())};
   }
 };
 
@@ -316,15 +324,14 @@ const std::vector<PackCase>& cases() {
   return all;
 }
 
-class VarlenGpu : public ::testing::TestWithParam<PackCase> {};
-
-TEST_P(VarlenGpu, ForwardMatchesFloat64) {
-  SKIP_WITHOUT_GPU();
-  const HostPack h(GetParam(), 7);
+// The forward of a pack against the float64 reference: O within 1e-2 (relative L2; bf16 output), LSE within 2e-3,
+// -inf exactly for rows without keys.
+void check_forward(const PackCase& c) {
+  const HostPack h(c, 7);
   DevicePack d(h);
   ASSERT_EQ(d.create_pack(), "");
   ASSERT_EQ(d.forward(), "");
-  expect_close(host_copy(d.o, h.q.size()), h.o_ref, 1e-2, "O");
+  expect_close(host_copy(d.o, h.o.size()), h.o_ref, 1e-2, "O");
   const std::vector<float> lse = host_copy(d.lse, h.lse.size());
   for (size_t i = 0; i < lse.size(); ++i) {
     if (std::isinf(h.lse[i])) {
@@ -333,6 +340,13 @@ TEST_P(VarlenGpu, ForwardMatchesFloat64) {
       ASSERT_NEAR(lse[i], h.lse[i], 2e-3 * std::max(1.f, std::abs(h.lse[i]))) << "LSE[" << i << "]";
     }
   }
+}
+
+class VarlenGpu : public ::testing::TestWithParam<PackCase> {};
+
+TEST_P(VarlenGpu, ForwardMatchesFloat64) {
+  SKIP_WITHOUT_GPU();
+  check_forward(GetParam());
 }
 
 TEST_P(VarlenGpu, BackwardMatchesFloat64AndRepeatsBitwise) {
@@ -369,6 +383,37 @@ TEST_P(VarlenGpu, BackwardMatchesFloat64AndRepeatsBitwise) {
 INSTANTIATE_TEST_SUITE_P(Packs, VarlenGpu, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<PackCase>& info) { return info.param.name; });
 
+// The rows of the kernel table with a forward kernel only (256, 192 / 128): one pack each, forward alone, with
+// awkward lengths (0, 1, 2, a tile edge), GQA and causal; their backward is refused before any planning.
+std::vector<PackCase> forward_only_cases() {
+  std::vector<PackCase> out;
+  for (const dash::test::KernelRow& row : dash::test::kernel_rows()) {
+    if (row.backward) continue;
+    const std::string dims = std::to_string(row.head_dim) +
+                             (row.head_dim_v != row.head_dim ? "v" + std::to_string(row.head_dim_v) : std::string());
+    out.push_back({"forward_only_d" + dims, {0, 1, 2, 127, 129, 300}, {3, 1, 2, 127, 129, 260}, 4, 2, row.head_dim,
+                   DASH_MASK_CAUSAL, -1, -1, row.head_dim_v});
+  }
+  return out;
+}
+
+class VarlenGpuForwardOnly : public ::testing::TestWithParam<PackCase> {};
+
+TEST_P(VarlenGpuForwardOnly, ForwardMatchesFloat64AndTheBackwardIsRefused) {
+  SKIP_WITHOUT_GPU();
+  check_forward(GetParam());
+  const HostPack h(GetParam(), 3);
+  DevicePack d(h);
+  ASSERT_EQ(d.create_pack(), "");
+  dash_plan_t plan = nullptr;
+  EXPECT_EQ(dash_plan_create_varlen(d.pack, "auto", 0, DASH_GQA_AUTO, &plan), DASH_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(dash_last_error()).find("has a forward kernel only"), std::string::npos) << dash_last_error();
+  EXPECT_EQ(plan, nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, VarlenGpuForwardOnly, ::testing::ValuesIn(forward_only_cases()),
+                         [](const ::testing::TestParamInfo<PackCase>& info) { return info.param.name; });
+
 // A sequence's rows of the outputs, for pack invariance.
 struct SequenceBits {
   std::vector<uint16_t> o, dq, dk, dv;
@@ -380,16 +425,16 @@ struct SequenceBits {
 };
 
 SequenceBits bits_of(const DevicePack& d, const HostPack& h, int s) {
-  const int hq = h.c.heads_q, hkv = h.c.heads_kv, D = h.c.head_dim;
-  auto rows = [&](const uint16_t* ptr, int first, int count, int heads) {
-    return host_copy(ptr + size_t(first) * heads * D, size_t(count) * heads * D);
+  const int hq = h.c.heads_q, hkv = h.c.heads_kv, D = h.c.head_dim, DV = h.c.value_head_dim();
+  auto rows = [&](const uint16_t* ptr, int first, int count, int heads, int width) {
+    return host_copy(ptr + size_t(first) * heads * width, size_t(count) * heads * width);
   };
   SequenceBits b;
   const int q0 = h.cu_q[s], sq = h.c.seqlens_q[s], k0 = h.cu_k[s], sk = h.c.seqlens_k[s];
-  b.o = rows(d.o, q0, sq, hq);
-  b.dq = rows(d.dq, q0, sq, hq);
-  b.dk = rows(d.dk, k0, sk, hkv);
-  b.dv = rows(d.dv, k0, sk, hkv);
+  b.o = rows(d.o, q0, sq, hq, DV);
+  b.dq = rows(d.dq, q0, sq, hq, D);
+  b.dk = rows(d.dk, k0, sk, hkv, D);
+  b.dv = rows(d.dv, k0, sk, hkv, DV);
   for (int head = 0; head < hq; ++head) {
     const std::vector<float> part = host_copy(d.lse + size_t(head) * h.total_q() + q0, size_t(sq));
     b.lse.insert(b.lse.end(), part.begin(), part.end());
@@ -400,7 +445,7 @@ SequenceBits bits_of(const DevicePack& d, const HostPack& h, int s) {
 // Packs `lengths` (q and k equal) with the sequence of index `target` given the same values in every pack.
 TEST(VarlenGpuInvariance, SequenceBitsDoNotDependOnThePack) {
   SKIP_WITHOUT_GPU();
-  for (const int head_dim : dash::test::kernel_head_dims()) {
+  for (const int head_dim : dash::test::backward_head_dims()) {
     for (const dash_mask_kind mask : {DASH_MASK_CAUSAL, DASH_MASK_FULL}) {
       const std::string what = "d" + std::to_string(head_dim) + (mask == DASH_MASK_CAUSAL ? " causal" : " full");
       // The target sequence (333 tokens) alone, then second in a pack, then last in a longer one with NaN
