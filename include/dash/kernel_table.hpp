@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // dash/kernel_table.hpp — THE table of the head dims the kernels are built for, with their tile shapes.
 //
-// One row per head dim. Everything that depends on the head dim reads it from here:
+// One row per (head dim of q / k, head dim of v) pair. Everything that depends on the head dims reads it from here:
 //   * the planner's tiles (dash::default_backward_tiles), so plans match the backward kernel by construction;
-//   * the list of supported head dims (dash::kernel_head_dims, dash_supported_head_dims in the C ABI), which the
-//     GPU entry points, the CPU backend, the Python package and the CLI check against;
+//   * the supported pairs (dash_kernel_rows in the C ABI; dash_check_problem accepts exactly these, and refuses a
+//     backward on a row without one), which the GPU entry points, the CPU backend, the Python package and the CLI
+//     check against;
 //   * the kernels' compile-time tile structs (src/cuda/hopper/fwd/fwd_config.cuh, src/cuda/bwd/bwd_params.h);
 //   * the kernel instantiations: src/cuda/CMakeLists.txt reads the DASH_KERNEL_ROW lines below and generates one
-//     .cu file per (head dim, dtype) and pass, and the dispatchers iterate over the same rows.
+//     .cu file per (row, dtype) and pass, and the dispatchers iterate over the same rows.
 // Adding a head dim is one more row (and whatever the kernels need to support it: see docs/design.md).
 #pragma once
 
