@@ -2,21 +2,23 @@
 """Issue 16's head-dim rows on the H200, one process, the protocol's timer (bench/record.py's time_cuda: 10 calls
 queued back to back, CUDA events, median, 3 warm-ups): head dim 256 (Gemma) and q/k 192 with v 128 (MLA-style), with
 dash-attn's forward and backward (deterministic auto, non-deterministic) beside PyTorch's SDPA backends that take
-the case (cuDNN, flash) and FlexAttention (torch.compile'd). A pass dash-attn cannot run yet is reported with its
+the case (cuDNN, flash), FlexAttention (torch.compile'd) and, with --fa4, FlashAttention-4 (flash_attn.cute, its
+Hopper path; shared/docs/fa4-on-h200.md says how to install it on the H200) non-deterministic and deterministic. A pass dash-attn cannot run yet is reported with its
 error, as is any other implementation's refusal. FLOPs: forward 2 * (unmasked pairs) * (d_qk + d_v) per head
 (dash_attention_flops), backward 2.5 times that. One JSON line per (config, impl, mode).
 
-    python3 bench/head_dim_bench.py --out head-dims.jsonl [--no-flex] [--commit SHA]
+    python3 bench/head_dim_bench.py --out head-dims.jsonl [--no-flex] [--fa4] [--commit SHA]
 """
 import argparse
 import json
+import types
 import uuid
 
 import torch
 
 import dash_attn  # noqa: F401  (registers torch.ops.dash_attn)
 from dash_attn import _abi
-from record import git_commit  # bench/record.py, beside this file
+from record import fa4_forward, git_commit  # bench/record.py, beside this file
 from window_bench import time_impls
 
 # (batch, seqlen, heads, head_dim, head_dim_v, causal): the rows of issue 16.
@@ -33,6 +35,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--fa4", action="store_true", help="time FA4 (flash_attn.cute) too; it must be importable")
     ap.add_argument("--commit")
     args = ap.parse_args()
     env = dict(commit=args.commit or git_commit(), call_id=uuid.uuid4().hex[:12], gpu=torch.cuda.get_device_name(0),
@@ -44,15 +47,18 @@ def main():
         # back to the unfused implementation (9.6 TFLOP/s on the ninth row of the first run).
         torch._dynamo.config.recompile_limit = 64
         flex = torch.compile(flex_attention, dynamic=False)
+    fa4 = None
+    if args.fa4:
+        from flash_attn.cute import flash_attn_func as fa4  # noqa: N813 (third-party, measured)
     with open(args.out, "a") as out:
         for row in ROWS:
-            for result in run_row(row, env, flex):
+            for result in run_row(row, env, flex, fa4):
                 out.write(json.dumps(result) + "\n")
                 out.flush()
             torch.cuda.empty_cache()
 
 
-def run_row(row, env, flex):
+def run_row(row, env, flex, fa4=None):
     """The JSON rows of one config."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     b, s, h, d, dv, causal = row
@@ -98,6 +104,19 @@ def run_row(row, env, flex):
         flex_out = run()
         impls.append(("flex-attention", "nondeterministic",
                       lambda: torch.autograd.grad(flex_out, leaves, dot, retain_graph=True), bwd_flops))
+    if fa4 is not None:
+        forward = fa4_forward(types.SimpleNamespace(scale=scale, causal=causal), fa4)
+        fa4_leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        impls.append(("fa4", "forward", lambda: forward(q, k, v, False), fwd_flops))
+        for det in (False, True):
+            try:
+                out = forward(*fa4_leaves, det)
+                impls.append(("fa4", "deterministic" if det else "nondeterministic",
+                              lambda out=out: torch.autograd.grad(out, fa4_leaves, do, retain_graph=True), bwd_flops))
+            except Exception as e:  # a refusal is reported as the mode's row
+                def refused(e=e):
+                    raise e
+                impls.append(("fa4", "deterministic" if det else "nondeterministic", refused, bwd_flops))
     return time_impls(env, name, impls)
 
 
