@@ -48,7 +48,8 @@ struct KernelTableRow {
   int32_t fwd_warpgroups, fwd_block_n, fwd_stages, fwd_exp2_poly_every;
 };
 
-#define DASH_KERNEL_TABLE_ENTRY(hd, hdv, bm, bn, fwg, fbn, fst, fpoly) KernelTableRow{hd, hdv, bm, bn, fwg, fbn, fst, fpoly},
+#define DASH_KERNEL_TABLE_ENTRY(hd, hdv, bm, bn, fwg, fbn, fst, fpoly) \
+  KernelTableRow{hd, hdv, bm, bn, fwg, fbn, fst, fpoly},
 inline constexpr KernelTableRow kKernelTable[] = {DASH_KERNEL_TABLE(DASH_KERNEL_TABLE_ENTRY)};
 #undef DASH_KERNEL_TABLE_ENTRY
 inline constexpr int kKernelTableRows = int(sizeof(kKernelTable) / sizeof(kKernelTable[0]));

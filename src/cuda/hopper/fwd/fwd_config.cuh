@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // hopper/fwd/fwd_config.cuh — everything the Hopper forward kernel fixes at compile time, derived from its only
-// three template parameters (the head dims of q / k and of v, element type): tile sizes (a row of dash/kernel_table.hpp), warpgroup roles
-// and register budgets, shared-memory layouts, the wgmma tiled MMAs, the TMA copy types, the kernel parameters
-// and the shared-memory map.
+// three template parameters (the head dims of q / k and of v, element type): tile sizes (a row of
+// dash/kernel_table.hpp), warpgroup roles and register budgets, shared-memory layouts, the wgmma tiled MMAs, the TMA
+// copy types, the kernel parameters and the shared-memory map.
 //
 // Adding a head dim means adding a row to dash/kernel_table.hpp: the smem atom, MMA shapes and TMA boxes below
 // all follow from (kHeadDim, kHeadDimV, kBlockN, kStages). Keep the smem total under 227 KB and the consumer's live

@@ -166,8 +166,8 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
                            Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));  // (kBlockM, kHeadDim)
     auto [tQgQ, tQsQ] = tma_partition(params.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                       group_modes<0, 2>(gQ));
-    // The KV tile n of this sequence (cols: K's or V's head dim, an Int): rows past seqlen_k are zero-filled (and masked
-    // by the consumers).
+    // The KV tile n of this sequence (cols: K's or V's head dim, an Int): rows past seqlen_k are zero-filled (and
+    // masked by the consumers).
     auto kv_tile = [&](auto const& mT, int n, auto cols) {
       BoxRows const box = box_rows(varlen, tile.batch, tile.k_row, n * kBlockN, tile.mask.seqlen_k);
       return local_tile(domain_offset(make_coord(box.x, _0{}), mT(_, _, head_kv, box.y, box.z)),
