@@ -4,8 +4,9 @@ queued back to back, CUDA events, median, 3 warm-ups): head dim 256 (Gemma) and 
 dash-attn's forward and backward (deterministic auto, non-deterministic) beside PyTorch's SDPA backends that take
 the case (cuDNN, flash), FlexAttention (torch.compile'd) and, with --fa4, FlashAttention-4 (flash_attn.cute, its
 Hopper path; shared/docs/fa4-on-h200.md says how to install it on the H200) non-deterministic and deterministic. A
-pass dash-attn cannot run yet is reported with its error, as is any other implementation's refusal. FLOPs: forward 2 * (unmasked pairs) * (d_qk + d_v) per head
-(dash_attention_flops), backward 2.5 times that. One JSON line per (config, impl, mode).
+pass dash-attn cannot run yet is reported with its error, as is any other implementation's refusal. FLOPs: forward
+2 * (unmasked pairs) * (d_qk + d_v) per head (dash_attention_flops), backward 2.5 times that. One JSON line per
+(config, impl, mode).
 
     python3 bench/head_dim_bench.py --out head-dims.jsonl [--no-flex] [--fa4] [--commit SHA]
 """
