@@ -250,22 +250,23 @@ void cpu_backward_sequence(const dash::Pack& pack, const dash_pack_sequence& s, 
 
 namespace dash::capi {
 
-dash_status check_kernel_pair(const dash_problem& problem) {
+namespace {
+// One of the pair checks above as a status: DASH_OK, or DASH_ERROR_UNSUPPORTED with its message.
+template <typename Require>
+dash_status unsupported_unless(Require require, const dash_problem& problem) {
   try {
-    require_kernel_pair(dash::Problem::from_c(problem));
+    require(dash::Problem::from_c(problem));
   } catch (const dash::Error& e) {
     return fail(DASH_ERROR_UNSUPPORTED, e.what());
   }
   return DASH_OK;
 }
+}  // namespace
+
+dash_status check_kernel_pair(const dash_problem& problem) { return unsupported_unless(require_kernel_pair, problem); }
 
 dash_status check_backward_kernel(const dash_problem& problem) {
-  try {
-    require_backward_kernel(dash::Problem::from_c(problem));
-  } catch (const dash::Error& e) {
-    return fail(DASH_ERROR_UNSUPPORTED, e.what());
-  }
-  return DASH_OK;
+  return unsupported_unless(require_backward_kernel, problem);
 }
 
 } // namespace dash::capi
