@@ -31,23 +31,22 @@ set_tests_properties(cli.check_hdim_not_built PROPERTIES LABELS cpu
 # forward-only row are the rule's, 64 x 128); another value head dim is refused naming --hdim-v.
 add_test(NAME cli.plan_hdim_v COMMAND dash-attn plan --hdim 192 --hdim-v 128 --seqlen 300 --heads 2 --causal --items 2)
 set_tests_properties(cli.plan_hdim_v PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "problem +batch 1, heads 2, seqlen 300, hdim 192 [(]v 128[)], causal.*tiles +64x128: 5 Q tiles, 3 KV tiles")
+  PASS_REGULAR_EXPRESSION "problem +batch 1, heads 2, seqlen 300, hdim 192 [(]v 128[)], causal.*tiles +64x64: 5 Q tiles, 5 KV tiles")
 add_test(NAME cli.simulate_hdim_v COMMAND dash-attn simulate --hdim 256 --seqlen 1024 --heads 2)
-set_tests_properties(cli.simulate_hdim_v PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "hdim 256, full; tiles 64x128")
+set_tests_properties(cli.simulate_hdim_v PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "hdim 256, full; tiles 64x64;")
 add_test(NAME cli.hdim_v_not_built COMMAND dash-attn plan --hdim 192 --seqlen 256)
 set_tests_properties(cli.hdim_v_not_built PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "--hdim-v: 192 is not built with --hdim 192 [(]the kernels' pairs: 64, 96, 128, 192/128 and 256[)]")
 add_test(NAME cli.hdim_v_zero COMMAND dash-attn plan --hdim-v 0)
 set_tests_properties(cli.hdim_v_zero PROPERTIES LABELS cpu PASS_REGULAR_EXPRESSION "--hdim-v: must be >= 1, got 0")
-# check: the CPU backend runs the backward at every row (a float reference); the GPU's needs the row's backward kernel,
-# refused before anything is allocated.
+# check: the CPU backend runs the backward at every row (a float reference).
 add_test(NAME cli.check_cpu_hdim_v COMMAND dash-attn check --hdim 192 --hdim-v 128 --seqlen 70 --heads 2 --causal
                                            --device cpu --runs 2)
 set_tests_properties(cli.check_cpu_hdim_v PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "hdim 192 [(]v 128[)], causal.*all runs bitwise identical")
-add_test(NAME cli.check_forward_only_on_gpu COMMAND dash-attn check --hdim 256 --seqlen 64 --device cuda)
-set_tests_properties(cli.check_forward_only_on_gpu PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "--hdim: 256 has a forward kernel only in this build [(]the backward at head dims 192/128 and 256 is not built yet")
+add_test(NAME cli.check_cpu_hdim_256 COMMAND dash-attn check --hdim 256 --seqlen 65 --heads 2 --device cpu --runs 2)
+set_tests_properties(cli.check_cpu_hdim_256 PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "hdim 256, full.*all runs bitwise identical")
 # Limits before work: an impossible size is refused at once, naming the limit (the planner never runs:
 # PlanLimits.AnImpossibleSizeIsRefusedBeforeAnyPlannerRuns).
 add_test(NAME cli.plan_limits COMMAND dash-attn plan --seqlen 10000000)

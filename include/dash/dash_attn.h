@@ -238,7 +238,7 @@ void dash_plan_free_host(void* blob);
 /* The CPU backend: fp32 HOST tensors (dtype DASH_DTYPE_FP32), same layouts and LSE convention as the GPU
  * calls. dash_cpu_bwd follows the plan's visit and accumulation orders (its bits are not the GPU's). Slow:
  * for tests and small problems. It takes the GPU's head dims and limits, and runs the backward for every row of the
- * kernel table, the forward-only ones (256, 192 / 128) too: it is a float reference and needs no backward kernel
+ * kernel table (a row without a backward kernel too: it is a float reference and needs no backward kernel)
  * (dash_check_problem with DASH_CHECK_CPU_BACKWARD says whether it can run a problem). */
 dash_status dash_cpu_fwd(const dash_fwd_args* args);
 dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_t plan_bytes);
@@ -285,8 +285,8 @@ typedef enum dash_check_pass {
  * pairs), the mask, and every size limit of the forward kernel and, with needs_backward = DASH_CHECK_BACKWARD or
  * DASH_CHECK_CPU_BACKWARD, of the backward (plan format: 16-bit tile indices, at most 2^28 tile pairs per unit;
  * 32-bit ticket counter; at most 65535 (batch, query head) pairs). DASH_CHECK_BACKWARD also refuses a row without a
- * backward kernel (DASH_ERROR_UNSUPPORTED naming problem.head_dim: "256 has a forward kernel only in this build
- * ..."). The answer is the same on CPU and GPU and needs no device.
+ * backward kernel (DASH_ERROR_UNSUPPORTED naming problem.head_dim: "... has a forward kernel only in this build
+ * ..."; every row of this build's table has one). The answer is the same on CPU and GPU and needs no device.
  * DASH_OK, or an error whose message (dash_last_error) names the field and the limit. */
 dash_status dash_check_problem(const dash_problem* problem, int32_t needs_backward);
 

@@ -57,10 +57,10 @@ struct TileShape {
 };
 
 // The tile shape the dash-attn backward kernels use for a head dim; planners default to it so that plans
-// match the kernels. (Kernels check the plan's tile shape against their own and refuse a mismatch.) A head dim
-// without a backward kernel (any head dim of a study, and the table's forward-only rows 256 and 192 / 128) gets the
-// table's rule, 128 x 128 up to head dim 64 and 64 x 128 above, so that plans can still be built and simulated (and
-// the CPU backend, which runs every row, follows them).
+// match the kernels. (Kernels check the plan's tile shape against their own and refuse a mismatch.) The tiles are
+// those of the row of the qk head dim, whatever its value head dim (64 x 64 at 192 / 128 and 256). A head dim without
+// a backward kernel (any head dim of a study) gets the table's rule, 128 x 128 up to head dim 64 and 64 x 128 above,
+// so that plans can still be built and simulated.
 TileShape default_backward_tiles(int32_t head_dim);
 
 // FLOPs of one attention pass over `p`, the one definition every benchmark uses (shared/docs/benchmark-protocol.md): the

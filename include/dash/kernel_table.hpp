@@ -17,9 +17,11 @@
 // DASH_KERNEL_ROW(head_dim, head_dim_v, bwd_block_m, bwd_block_n, fwd_warpgroups, fwd_block_n, fwd_stages,
 //                 fwd_exp2_poly_every)
 //   head_dim: of q and k; head_dim_v: of v, o, dout, dv (MLA-style models: 192 / 128). A row is one pair.
-//   bwd_block_m x bwd_block_n: query rows x keys of the backward's (and the plan's) tiles; 0 x 0: the row has a
-//     forward kernel only (its backward needs the column-split layout of docs/history/kernel-notes-bwd-wgmma.md,
-//     not built yet), and dash_check_problem refuses it with needs_backward.
+//   bwd_block_m x bwd_block_n: query rows x keys of the backward's (and the plan's) tiles. 128-key tiles: each of
+//     the two MMA warpgroups owns 64 keys and all head-dim columns of their dK / dV. 64-key tiles: the column-split
+//     layout, where both warpgroups share the 64 keys and each owns half of the head-dim columns of dK, dV and dQ
+//     (hopper/bwd/bwd_kernel.cuh). 0 x 0 would mean a forward kernel only (dash_check_problem then refuses the
+//     backward with needs_backward); no row has that now.
 //   fwd_warpgroups: the forward's consumer warpgroups, 64 query rows each. They take turns at the tensor cores,
 //     so one's softmax must fit in the others' GEMMs: at head dim 64 a warpgroup's two GEMMs are shorter than its
 //     softmax, and three warpgroups (160 registers each) keep the tensor cores fed where two do not.
@@ -32,13 +34,14 @@
 // 48 O registers more than head dim 64's, past the 160 each of three warpgroups gets.
 // Head dims 256 and 192 / 128: 64-key forward tiles at 256 (K and V stages of 128 keys would be 128 KB each);
 // their O leaves through shared memory in 64-column blocks (hopper/fwd/fwd_config.cuh), which is what lets
-// 128-key tiles fit at 192 / 128.
+// 128-key tiles fit at 192 / 128. Their backward splits the head-dim columns between the warpgroups: dK and dV of
+// 128 keys would need (192 + 128) or 2 x 256 fp32 registers per thread.
 #define DASH_KERNEL_TABLE(DASH_KERNEL_ROW) \
   DASH_KERNEL_ROW(64, 64, 128, 128, 3, 128, 2, 8) \
   DASH_KERNEL_ROW(96, 96, 64, 128, 2, 128, 2, 0) \
   DASH_KERNEL_ROW(128, 128, 64, 128, 2, 128, 2, 0) \
-  DASH_KERNEL_ROW(192, 128, 0, 0, 2, 128, 2, 0) \
-  DASH_KERNEL_ROW(256, 256, 0, 0, 2, 64, 2, 0)
+  DASH_KERNEL_ROW(192, 128, 64, 64, 2, 128, 2, 0) \
+  DASH_KERNEL_ROW(256, 256, 64, 64, 2, 64, 2, 0)
 
 namespace dash {
 

@@ -7,7 +7,7 @@
 //
 // Two head dims: q, k, dq and dk have problem.head_dim columns; v, o, dO and dv have problem.value_head_dim()
 // (MLA-style 192 / 128). Being a float reference, it runs both passes for any pair, so the C ABI's CPU backend
-// takes every row of dash/kernel_table.hpp, the rows with a forward kernel only (256, 192 / 128) included.
+// takes every row of dash/kernel_table.hpp.
 #pragma once
 
 #include <cstdint>

@@ -109,9 +109,9 @@ def supported_head_dims():
 
 
 def refuse_backward_without_kernel(q, k, v, needs_backward):
-    """A differentiated call on CUDA of a pair whose row has a forward kernel only (256, 192 / 128) is refused here, at
-    the forward, before anything is allocated or launched (not in the backward, after the step's forward work). The CPU
-    backend runs the backward at every row."""
+    """A differentiated call on CUDA of a pair whose row has a forward kernel only (a row with bwd_block_m 0 in
+    dash/kernel_table.hpp; none in this build) is refused here, at the forward, before anything is allocated or launched
+    (not in the backward, after the step's forward work). The CPU backend runs the backward at every row."""
     if not needs_backward or not q.is_cuda:
         return
     d, dv = q.shape[-1], v.shape[-1]

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The kernel table's new rows through the Python package: v (and the output) with a head dim other than q and k's
-(MLA-style 192 / 128) and head dim 256. The CPU backend runs both passes at every row, against the float64 reference
-(attention_reference.py's error budget); on CUDA the rows without a backward kernel run the forward, and a call that
-would be differentiated is refused at the forward, before anything is allocated, planned or launched. The output
+(MLA-style 192 / 128) and head dim 256. The CPU backend and CUDA run both passes at these rows, against the float64
+reference (attention_reference.py's error budget), deterministic gradients bitwise repeatable. A row without a
+backward kernel (none in this build's table) would have a differentiated CUDA call refused at the forward. The output
 shapes of the ops' fake (meta) implementations follow v's head dim. (The shape sweep, test_shape_sweep.py, runs these
 rows over awkward lengths on both devices.)"""
 import math
@@ -19,9 +19,9 @@ from dash_attn import _abi, _torch_ops  # noqa: E402
 import attention_reference as ref  # noqa: E402
 
 HAVE_CUDA = torch.cuda.is_available() and bool(_abi.LIB.dash_cuda_available())
-# The rows this file is about: those with a value head dim of their own or no backward kernel (192 / 128, 256).
-NEW_ROWS = [(r.head_dim, r.head_dim_v) for r in _abi.KERNEL_ROWS if r.head_dim_v != r.head_dim or not r.backward]
-FORWARD_ONLY = [(r.head_dim, r.head_dim_v) for r in _abi.KERNEL_ROWS if not r.backward]
+# The rows this file is about: those with a value head dim of their own or past 128 (192 / 128, 256), whose backward
+# splits the head-dim columns between the MMA warpgroups.
+NEW_ROWS = [(r.head_dim, r.head_dim_v) for r in _abi.KERNEL_ROWS if r.head_dim_v != r.head_dim or r.head_dim > 128]
 
 
 def row_id(pair):
@@ -35,9 +35,9 @@ def tensors(b, sq, sk, hq, hk, d, dv, device="cpu", dtype=torch.float32, seed=0)
     return mk(sq, hq, d), mk(sk, hk, d), mk(sk, hk, dv), mk(sq, hq, dv)
 
 
-def test_the_new_rows_are_in_the_table():
+def test_the_new_rows_are_in_the_table_with_a_backward():
     assert NEW_ROWS == [(192, 128), (256, 256)]
-    assert FORWARD_ONLY == [(192, 128), (256, 256)]
+    assert all(r.backward for r in _abi.KERNEL_ROWS)
 
 
 # ---- the CPU backend: both passes at every row --------------------------------------------------------------
@@ -156,32 +156,26 @@ def test_a_value_head_dim_without_a_row_is_refused_naming_v():
                                    torch.tensor([0, 8], dtype=torch.int32))
 
 
-def test_the_forward_refuses_a_differentiated_gpu_call_of_a_forward_only_row():
+def test_the_forward_would_refuse_a_differentiated_gpu_call_of_a_row_without_a_backward(monkeypatch):
     """The rule without a GPU: refuse_backward_without_kernel, which attention() and attention_varlen() call before the
-    op, refuses a CUDA call that needs a backward at a row without one, and nothing else (CUDA tensors themselves:
-    test_cuda_forward_only_rows below)."""
+    op, refuses a CUDA call that needs a backward at a row without one (none in this build's table: the rule is shown
+    on a row made to look like one), and nothing else."""
     def like(shape, cuda=True):
         return types.SimpleNamespace(shape=shape, is_cuda=cuda)  # what the rule reads of a tensor
-    for d, dv in FORWARD_ONLY:
-        q, k, v = like((1, 8, 2, d)), like((1, 8, 2, d)), like((1, 8, 2, dv))
-        name = _abi.pair_name(d, dv)
-        with pytest.raises(ValueError, match=rf"head_dim {name} has a forward kernel only in this build \(the backward "
-                                             r"at head dims 192/128 and 256 is not built yet.*requires grad"):
-            _torch_ops.refuse_backward_without_kernel(q, k, v, True)
-        _torch_ops.refuse_backward_without_kernel(q, k, v, False)  # not differentiated: runs
-        cpu = like((1, 8, 2, d), cuda=False)
-        _torch_ops.refuse_backward_without_kernel(cpu, cpu, like((1, 8, 2, dv), cuda=False), True)  # CPU backend
-    for r in _abi.KERNEL_ROWS:
-        if r.backward:
-            _torch_ops.refuse_backward_without_kernel(like((1, 8, 2, r.head_dim)), like((1, 8, 2, r.head_dim)),
-                                                      like((1, 8, 2, r.head_dim_v)), True)
-    # The op's own check, for a caller of torch.ops.dash_attn.fwd with needs_backward=True: the C ABI's.
-    problem = _abi.make_problem(1, 2, 2, 8, 8, 192, False, head_dim_v=128)
-    with pytest.raises(ValueError, match="problem.head_dim: 192/128 has a forward kernel only"):
-        _abi.check_problem(problem, True)
+    for r in _abi.KERNEL_ROWS:  # every row of this build has a backward: nothing is refused
+        _torch_ops.refuse_backward_without_kernel(like((1, 8, 2, r.head_dim)), like((1, 8, 2, r.head_dim)),
+                                                  like((1, 8, 2, r.head_dim_v)), True)
+    monkeypatch.setattr(_abi, "kernel_row", lambda d, dv: types.SimpleNamespace(head_dim=d, head_dim_v=dv,
+                                                                                backward=False))
+    q, k, v = like((1, 8, 2, 192)), like((1, 8, 2, 192)), like((1, 8, 2, 128))
+    with pytest.raises(ValueError, match=r"head_dim 192/128 has a forward kernel only in this build.*requires grad"):
+        _torch_ops.refuse_backward_without_kernel(q, k, v, True)
+    _torch_ops.refuse_backward_without_kernel(q, k, v, False)  # not differentiated: runs
+    cpu = like((1, 8, 2, 192), cuda=False)
+    _torch_ops.refuse_backward_without_kernel(cpu, cpu, like((1, 8, 2, 128), cuda=False), True)  # CPU backend
 
 
-def test_a_differentiated_cpu_call_of_a_forward_only_row_runs_both_passes():
+def test_a_differentiated_cpu_call_at_head_dim_256_runs_both_passes():
     q, k, v, dout = tensors(1, 10, 12, 2, 2, 256, 256)
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
     dash_attn.attention(*leaves, causal=True).backward(dout)
@@ -225,44 +219,40 @@ def test_torch_compile_with_a_value_head_dim_has_no_graph_breaks():
         assert torch.equal(a.grad, b.grad)
 
 
-# ---- CUDA: the forward of the new rows; differentiated calls refused at the forward ----------------------------
+# ---- CUDA: both passes of the new rows ---------------------------------------------------------------------------
+
+def grads_of(fn, q, k, v, dout):
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    out = fn(*leaves)
+    out.backward(dout)
+    return [out.detach()] + [t.grad for t in leaves]
+
 
 @pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device or no CUDA kernels: the CUDA head-dim tests are skipped")
-@pytest.mark.parametrize("pair", FORWARD_ONLY, ids=row_id)
-def test_cuda_forward_only_rows(pair):
+@pytest.mark.parametrize("pair", NEW_ROWS, ids=row_id)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cuda_rows_run_both_passes_against_float64(pair, causal):
     d, dv = pair
-    q, k, v, _ = tensors(2, 300, 257, 4, 2, d, dv, device="cuda", dtype=torch.bfloat16, seed=7)
-    out = dash_attn.attention(q, k, v, causal=True)  # nothing requires grad: the forward runs
-    assert out.shape == (2, 300, 4, dv)
-    ref.check_forward_against_reference(out, q, k, v, True, d ** -0.5, torch.bfloat16, label=row_id(pair))
-    with torch.no_grad():
-        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-        assert torch.equal(dash_attn.attention(*leaves, causal=True), out)  # grad disabled: runs
+    q, k, v, dout = tensors(2, 300, 257, 4, 2, d, dv, device="cuda", dtype=torch.bfloat16, seed=7)
+    scale = d ** -0.5
+    for deterministic in (True, False):
+        fn = lambda q, k, v: dash_attn.attention(q, k, v, causal=causal, deterministic=deterministic)
+        ours = grads_of(fn, q, k, v, dout)
+        assert ours[0].shape == (2, 300, 4, dv) and ours[3].shape == v.shape
+        ref.check_against_reference(ours, q, k, v, dout, causal, scale, torch.bfloat16,
+                                    label=f"{row_id(pair)} {'det' if deterministic else 'nondet'}")
+        if deterministic:
+            again = grads_of(fn, q, k, v, dout)
+            for name, a, b in zip(("out", "dq", "dk", "dv"), ours, again):
+                assert torch.equal(a, b), f"{row_id(pair)}: {name} differs between two deterministic runs"
 
-    # Differentiated: refused at the forward, before any allocation, planning or launch.
-    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    torch.cuda.synchronize()
-    runs, allocated = _abi.LIB.dash_planner_runs(), torch.cuda.memory_allocated()
-    bwd_shapes, fwd_shapes = len(_torch_ops._bwd_shapes), len(_torch_ops._fwd_shapes)
-    name = _abi.pair_name(d, dv)
-    with pytest.raises(ValueError, match=rf"head_dim {name} has a forward kernel only in this build"):
-        dash_attn.attention(*leaves, causal=True)
+    # Varlen: both passes over a pack of the two batch entries, each sequence against the float64 reference.
     cu_q = torch.tensor([0, 300, 600], dtype=torch.int32)
     cu_k = torch.tensor([0, 257, 514], dtype=torch.int32)
-    with pytest.raises(ValueError, match=rf"head_dim {name} has a forward kernel only in this build"):
-        dash_attn.attention_varlen(*(t.reshape(-1, *t.shape[2:]) for t in leaves), cu_q, cu_k, causal=True)
-    assert _abi.LIB.dash_planner_runs() == runs, "a plan was built"
-    assert torch.cuda.memory_allocated() == allocated, "memory was allocated"
-    assert (len(_torch_ops._bwd_shapes), len(_torch_ops._fwd_shapes)) == (bwd_shapes, fwd_shapes)
-    # The op itself, asked for a backward, refuses through the C ABI's check (a caller that skips attention()).
-    with pytest.raises(ValueError, match=rf"problem.head_dim: {name} has a forward kernel only"):
-        torch.ops.dash_attn.fwd(q, k, v, True, d ** -0.5, True, "auto", True)
-    assert _abi.LIB.dash_planner_runs() == runs
-
-    # Varlen forward, not differentiated: each sequence has the bits of attention() on it alone (pack invariance).
-    packed = dash_attn.attention_varlen(q.reshape(600, 4, d), k.reshape(514, 2, d), v.reshape(514, 2, dv), cu_q, cu_k,
-                                        causal=True)
-    assert packed.shape == (600, 4, dv)
-    for b in range(2):
-        alone = dash_attn.attention(q[b:b + 1], k[b:b + 1], v[b:b + 1], causal=True)
-        assert torch.equal(packed[300 * b:300 * (b + 1)], alone[0]), f"sequence {b}"
+    packed = grads_of(lambda q, k, v: dash_attn.attention_varlen(q, k, v, cu_q, cu_k, causal=causal),
+                      q.reshape(600, 4, d), k.reshape(514, 2, d), v.reshape(514, 2, dv), dout.reshape(600, 4, dv))
+    for i in range(2):
+        rows_q, rows_k = slice(300 * i, 300 * (i + 1)), slice(257 * i, 257 * (i + 1))
+        mine = [t[rows].unsqueeze(0) for t, rows in zip(packed, (rows_q, rows_q, rows_k, rows_k))]
+        ref.check_against_reference(mine, q[i:i + 1], k[i:i + 1], v[i:i + 1], dout[i:i + 1], causal, scale,
+                                    torch.bfloat16, label=f"{row_id(pair)} varlen sequence {i}")

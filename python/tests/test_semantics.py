@@ -309,21 +309,14 @@ def test_every_pair_of_the_kernel_table_is_accepted_and_others_are_refused_namin
     assert _abi.LIB.dash_planner_runs() == runs
 
 
-def test_the_gpu_backward_of_a_forward_only_row_is_refused_naming_the_head_dim():
-    """Rows without a backward kernel (256, 192 / 128): the GPU backward is refused (DASH_ERROR_UNSUPPORTED naming
-    problem.head_dim), the forward and the CPU backend's backward are not; the size limits apply to all."""
+def test_every_row_runs_both_passes_and_the_size_limits_apply_to_all():
+    """Every row of the kernel table (256 and 192 / 128 included) is accepted for the forward, the CPU backend's
+    backward and the GPU backward; the size limits apply to all."""
     for row in _abi.KERNEL_ROWS:
         problem = _abi.make_problem(1, 2, 2, 64, 64, row.head_dim, True, head_dim_v=row.head_dim_v)
         _abi.check_problem(problem, False)
         _abi.check_problem(problem, True, cpu=True)
-        if row.backward:
-            _abi.check_problem(problem, True)
-            continue
-        name = _abi.pair_name(row.head_dim, row.head_dim_v)
-        with pytest.raises(ValueError, match=f"problem.head_dim: {name} has a forward kernel only in this build "
-                                             r"\(the backward at head dims 192/128 and 256 is not built yet"):
-            _abi.check_problem(problem, True)
-    assert {_abi.pair_name(r.head_dim, r.head_dim_v) for r in _abi.KERNEL_ROWS if not r.backward} == {"192/128", "256"}
+        _abi.check_problem(problem, True)
     too_long = _abi.make_problem(1, 1, 1, 10_000_000, 10_000_000, 192, True, head_dim_v=128)
     _abi.check_problem(too_long, False)
     with pytest.raises(ValueError, match="seqlen_q: 10000000 needs 156250 Q tiles"):

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Shape sweep: awkward lengths on both sides against the float64 reference, for every schedule, both masks,
 every (head_dim, head_dim_v) row of the kernel table, MHA and GQA, deterministic (with a bitwise repeat) and not; on
-CUDA (bf16) and on the CPU backend (fp32, smaller heads). A row without a backward kernel (256, 192 / 128) runs the
-forward alone on CUDA and both passes on the CPU backend.
+CUDA (bf16) and on the CPU backend (fp32, smaller heads). A row without a backward kernel (none in this build's table)
+would run the forward alone on CUDA and both passes on the CPU backend.
 
 The default run is a sample of the full product that covers every length on each side several times
 (`sample_cases`); `--sweep full` (or DASH_SWEEP=full) runs the whole product, and `--sweep memcheck` a sample

@@ -100,11 +100,12 @@ const char* mask_name(Mask mask) {
 }
 
 TileShape default_backward_tiles(int32_t head_dim) {
-  // The backward kernels' tiles (dash/kernel_table.hpp). Head dims without a backward kernel (planner and simulator
-  // studies, the CPU backend, and the rows with a forward kernel only) get the table's rule: 128-row Q tiles up to
-  // head dim 64, 64-row ones above.
-  const KernelTableRow row = kernel_table_row(head_dim);
-  if (row.head_dim != 0 && has_backward(row)) return {row.bwd_block_m, row.bwd_block_n};
+  // The backward kernels' tiles (dash/kernel_table.hpp): the row of this qk head dim (whatever its value head dim:
+  // a head dim has one row, and a plan's tables do not depend on the value head dim). Head dims without a backward
+  // kernel (planner and simulator studies) get the table's rule: 128-row Q tiles up to head dim 64, 64-row ones
+  // above.
+  for (const KernelTableRow& row : kKernelTable)
+    if (row.head_dim == head_dim && has_backward(row)) return {row.bwd_block_m, row.bwd_block_n};
   if (head_dim <= 64) return {128, 128};
   return {64, 128};
 }

@@ -68,14 +68,15 @@ dash_status run_forward(KernelFamily family, const FwdLaunch& launch, std::strin
   return DASH_ERROR_UNSUPPORTED;
 }
 
-dash_status run_backward(KernelFamily family, const bwd::BwdParams& params, int32_t head_dim, dash_dtype dtype,
-                         int32_t num_ctas, int device, cudaStream_t stream, std::string& error) {
+dash_status run_backward(KernelFamily family, const bwd::BwdParams& params, int32_t head_dim, int32_t head_dim_v,
+                         dash_dtype dtype, int32_t num_ctas, int device, cudaStream_t stream, std::string& error) {
   switch (family) {
     case KernelFamily::kHopper:
-      return with_instantiation(head_dim, head_dim, dtype, [&](auto row, auto dt) {
+      return with_instantiation(head_dim, head_dim_v, dtype, [&](auto row, auto dt) {
         constexpr KernelTableRow kRow = decltype(row)::value;
         if constexpr (has_backward(kRow)) {
-          return hopper::bwd::run<kRow.head_dim, decltype(dt)::value>(params, num_ctas, device, stream, error);
+          return hopper::bwd::run<kRow.head_dim, kRow.head_dim_v, decltype(dt)::value>(params, num_ctas, device,
+                                                                                         stream, error);
         } else {
           error = "backward: head dim " + std::to_string(kRow.head_dim) + " has a forward kernel only";
           return DASH_ERROR_UNSUPPORTED;

@@ -25,9 +25,9 @@ dash_status current_kernel_family(const char* what, KernelFamily& family, std::s
 
 // The forward of `launch`'s (head dim, dtype) on `family`.
 dash_status run_forward(KernelFamily family, const FwdLaunch& launch, std::string& error);
-// Preprocess, main (a plain launch of num_ctas persistent CTAs) and convert kernels of the backward, on the current
-// device `device`.
-dash_status run_backward(KernelFamily family, const bwd::BwdParams& params, int32_t head_dim, dash_dtype dtype,
-                         int32_t num_ctas, int device, cudaStream_t stream, std::string& error);
+// Preprocess, main (a plain launch of num_ctas persistent CTAs) and convert kernels of the backward of (head_dim,
+// head_dim_v; 0: equal), on the current device `device`.
+dash_status run_backward(KernelFamily family, const bwd::BwdParams& params, int32_t head_dim, int32_t head_dim_v,
+                         dash_dtype dtype, int32_t num_ctas, int device, cudaStream_t stream, std::string& error);
 
 }  // namespace dash::kernels

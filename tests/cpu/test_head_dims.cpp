@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The kernel table's (head_dim, head_dim_v) pairs through every non-kernel layer: dash_check_problem accepts the
-// table's pairs and refuses others naming the field; a forward-only row (256, 192 / 128) is refused for the GPU
-// backward but planned, simulated and run by the CPU backend; and the CPU backend with head_dim_v != head_dim,
+// table's pairs and refuses others naming the field; the rows of head dims 256 and 192 / 128 are planned with their
+// 64 x 64 column-split tiles, simulated and run by the CPU backend; and the CPU backend with head_dim_v != head_dim,
 // forward and backward, fixed-length and varlen, against an fp64 evaluation written here from the definitions.
 #include <gtest/gtest.h>
 
@@ -61,11 +61,11 @@ TEST(KernelRows, TheCAbiListsTheTablesRowsAndTheirPasses) {
   }
   EXPECT_EQ(n, dash::kKernelTableRows);
   EXPECT_EQ(dash_abi_struct_size("dash_kernel_row"), sizeof(dash_kernel_row));
-  // The rows issue 16 asked for: 192 / 128 and 256 with a forward kernel, backward pending.
+  // The rows issue 16 asked for: 192 / 128 and 256, forward and backward.
   EXPECT_EQ(dash::kernel_table_row(192, 128).head_dim, 192);
-  EXPECT_FALSE(dash::has_backward(dash::kernel_table_row(192, 128)));
+  EXPECT_TRUE(dash::has_backward(dash::kernel_table_row(192, 128)));
   EXPECT_EQ(dash::kernel_table_row(256).head_dim, 256);
-  EXPECT_FALSE(dash::has_backward(dash::kernel_table_row(256)));
+  EXPECT_TRUE(dash::has_backward(dash::kernel_table_row(256)));
   EXPECT_TRUE(dash::has_backward(dash::kernel_table_row(128)));
 }
 
@@ -76,13 +76,13 @@ TEST(KernelRows, SupportedHeadDimsAreTheRowsWithEqualHeadDims) {
   for (const int32_t* d = dash_supported_head_dims(); *d != 0; ++d) listed.push_back(*d);
   EXPECT_EQ(listed, expected);
   EXPECT_EQ(dash::kernel_pairs_text(), "64, 96, 128, 192/128 and 256");
-  EXPECT_EQ(dash::kernel_pairs_text(dash::KernelRows::WithBackward), "64, 96 and 128");
-  EXPECT_EQ(dash::kernel_pairs_text(dash::KernelRows::ForwardOnly), "192/128 and 256");
+  EXPECT_EQ(dash::kernel_pairs_text(dash::KernelRows::WithBackward), "64, 96, 128, 192/128 and 256");
+  EXPECT_EQ(dash::kernel_pairs_text(dash::KernelRows::ForwardOnly), "");
 }
 
 // ---- dash_check_problem ----
 
-TEST(CheckProblem, EveryRowRunsForwardAndTheCpuBackwardAndOnlyBackwardRowsTheGpuBackward) {
+TEST(CheckProblem, EveryRowRunsForwardAndBothBackwards) {
   for (const dash::KernelTableRow& row : dash::kKernelTable) {
     for (int32_t head_dim_v : {row.head_dim_v, row.head_dim_v == row.head_dim ? 0 : row.head_dim_v}) {
       const dash_problem p = c_problem(row.head_dim, head_dim_v);
@@ -91,16 +91,9 @@ TEST(CheckProblem, EveryRowRunsForwardAndTheCpuBackwardAndOnlyBackwardRowsTheGpu
       EXPECT_EQ(fwd.status, DASH_OK) << pair << ": " << fwd.message;
       const Checked cpu = check(p, DASH_CHECK_CPU_BACKWARD);
       EXPECT_EQ(cpu.status, DASH_OK) << pair << ": " << cpu.message;
+      EXPECT_TRUE(dash::has_backward(row)) << pair;
       const Checked gpu = check(p, DASH_CHECK_BACKWARD);
-      if (dash::has_backward(row)) {
-        EXPECT_EQ(gpu.status, DASH_OK) << pair << ": " << gpu.message;
-      } else {
-        EXPECT_EQ(gpu.status, DASH_ERROR_UNSUPPORTED) << pair;
-        EXPECT_TRUE(starts_with(gpu.message, "problem.head_dim: " + dash::kernel_pair_name(row.head_dim, row.head_dim_v) +
-                                                 " has a forward kernel only in this build (the backward at head "
-                                                 "dims 192/128 and 256 is not built yet"))
-            << gpu.message;
-      }
+      EXPECT_EQ(gpu.status, DASH_OK) << pair << ": " << gpu.message;
     }
   }
 }
@@ -151,16 +144,22 @@ TEST(CheckProblem, SizeLimitsStillApplyToTheNewRows) {
   EXPECT_TRUE(starts_with(heads.message, "problem.batch: batch x heads_q = 90000 exceeds")) << heads.message;
 }
 
-// ---- planning and simulating the forward-only rows (studies; the CPU backend follows these plans) ----
+// ---- planning and simulating the column-split rows (the GPU backward and the CPU backend follow these plans) ----
 
-TEST(HeadDimV, ForwardOnlyRowsPlanWithTheRulesTiles) {
+TEST(HeadDimV, TilesComeFromTheRowOfTheQkHeadDim) {
   EXPECT_EQ(dash::default_backward_tiles(64).block_m, 128);
   EXPECT_EQ(dash::default_backward_tiles(128).block_m, 64);
+  EXPECT_EQ(dash::default_backward_tiles(128).block_n, 128);
+  // The column-split rows (192 / 128 and 256): 64 x 64 tiles, whatever the value head dim.
   for (int32_t head_dim : {192, 256}) {
     const dash::TileShape tiles = dash::default_backward_tiles(head_dim);
     EXPECT_EQ(tiles.block_m, 64) << head_dim;
-    EXPECT_EQ(tiles.block_n, 128) << head_dim;
+    EXPECT_EQ(tiles.block_n, 64) << head_dim;
   }
+  // A head dim without a row (planner studies): the table's rule.
+  EXPECT_EQ(dash::default_backward_tiles(160).block_m, 64);
+  EXPECT_EQ(dash::default_backward_tiles(160).block_n, 128);
+  EXPECT_EQ(dash::default_backward_tiles(32).block_m, 128);
 }
 
 TEST(HeadDimV, PlansCarryTheValueHeadDimAndTheirTablesDoNotDependOnIt) {

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // bwd_layout_check.cu — host-only check of the Hopper backward kernel's shared-memory layout algebra
 // (src/cuda/hopper/bwd/bwd_kernel.cuh). Runs without a GPU. Checks, for every row of dash/kernel_table.hpp (64:
-// tiles 128 x 128; 96 and 128: tiles 64 x 128) and both dtypes:
+// tiles 128 x 128; 96 and 128: tiles 64 x 128; 192 / 128 and 256: 64 x 64, the column split) and both dtypes:
 //   - the dQ staging layout (a CuTe Swizzle over column blocks of fp32) equals the store warp's and the convert
 //     kernel's DqStaging::offset at every position (the store warp reads what the MMA warpgroups write), and is
-//     the row-major layout with 4-float chunks XOR row & 7 where the head dim is a power of two;
+//     the row-major layout with 4-float chunks XOR row & 7 where the head dim is a power of two up to 128;
 //   - the transposed operand views (Q^T, dO^T per stage, K^T, dS = view of dS^T per stage) address the same elements
 //     as the tiles they view;
-//   - the accumulator coordinate facts the MMA code relies on (additive thread offsets, warpgroup split,
-//     exact coverage, adjacent column pairs, the dQ split between the warpgroups);
+//   - the accumulator coordinate facts the MMA code relies on (additive thread offsets, warpgroup split by keys or
+//     by queries, exact coverage, adjacent column pairs, the dQ / dK / dV splits between the warpgroups);
 //   - the shared-memory struct fits the 227 KB an sm_90 block may use.
 // And for the forward kernel of every row (src/cuda/hopper/fwd/fwd_kernel.cuh): the epilogue's column blocks of O
 // (whole rows, or 64-column blocks at head dims 256 and 192 / 128) are contiguous slices of the accumulator, laid out
@@ -53,13 +53,38 @@ int check_forward(const char* name) {
   return bad;
 }
 
-template <int kHeadDim, dash_dtype kDtype>
+// Every (row, column) of a kRows x kCols accumulator is held by exactly one of the 256 MMA threads, registers 2j and
+// 2j + 1 are adjacent columns of one row, and warpgroup 1 holds exactly the coordinates `second(row, col)` names.
+template <int kRows, int kCols, class Mma, class Second>
+int check_accumulator(Mma const& mma, Second second) {
+  using namespace cute;
+  int bad = 0;
+  static int hits[kRows][kCols];
+  for (auto& row : hits)
+    for (int& h : row) h = 0;
+  auto id = make_identity_tensor(Shape<Int<kRows>, Int<kCols>>{});
+  for (int t = 0; t < 256; ++t) {
+    auto ct = mma.get_thread_slice(t).partition_C(id);
+    for (int i = 0; i < size(ct); ++i) {
+      const int r = get<0>(ct(i)), c = get<1>(ct(i));
+      if (r < 0 || r >= kRows || c < 0 || c >= kCols) { ++bad; continue; }
+      if ((t >= 128) != second(r, c)) ++bad;
+      if (i % 2 == 1 && (get<0>(ct(i - 1)) != r || get<1>(ct(i - 1)) + 1 != c)) ++bad;
+      ++hits[r][c];
+    }
+  }
+  for (auto& row : hits)
+    for (int h : row) bad += h != 1;
+  return bad;
+}
+
+template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
 int check(const char* name) {
   using namespace dash::hopper::bwd;
-  using C = BwdConfig<kHeadDim, kDtype>;
+  using C = BwdConfig<kHeadDim, kHeadDimV, kDtype>;
   int bad = 0;
   const auto staging = typename C::SmemLayoutdQStaging{};
-  constexpr bool kPowerOfTwo = (C::kHeadDim & (C::kHeadDim - 1)) == 0;
+  constexpr bool kPowerOfTwo = (C::kHeadDim & (C::kHeadDim - 1)) == 0 && C::kHeadDim <= 128;
   for (int r = 0; r < C::kBlockM; ++r)
     for (int c = 0; c < C::kHeadDim; ++c) {
       if (int(staging(r, c)) != C::Staging::offset(r, c)) ++bad;
@@ -77,15 +102,21 @@ int check(const char* name) {
     for (int q = 0; q < C::kBlockM; ++q)
       for (int d = 0; d < C::kHeadDim; ++d)
         if (qs(q, d, s) != qt(d, q, s)) ++bad;
+  const auto dos = typename C::SmemLayoutdO{};
+  const auto dot = typename C::SmemLayoutdOt{};
+  for (int s = 0; s < C::kQStages; ++s)
+    for (int q = 0; q < C::kBlockM; ++q)
+      for (int d = 0; d < C::kHeadDimV; ++d)
+        if (dos(q, d, s) != dot(d, q, s)) ++bad;
   const auto kv = typename C::SmemLayoutK{};
   const auto kt = typename C::SmemLayoutKt{};
   for (int k = 0; k < C::kBlockN; ++k)
     for (int d = 0; d < C::kHeadDim; ++d)
       if (kv(k, d) != kt(d, k)) ++bad;
   // The MMA warpgroups' mask / LSE indexing assumes: register i of thread t sits at thread t's register-0
-  // coordinate plus thread 0's register-i coordinate (tScS0 in mma_warpgroups), warpgroup 1 owns keys 64..127, and
-  // the 256 threads cover the (128 keys x kBlockM queries) S^T tile exactly once. Same coverage for dQ
-  // (kBlockM x kHeadDim).
+  // coordinate plus thread 0's register-i coordinate (tScS0 in mma_warpgroups), warpgroup 1 owns keys 64..127 (key
+  // split) or queries kBlockM / 2.. (column split), and the 256 threads cover the (kBlockN keys x kBlockM queries)
+  // S^T tile exactly once. Same coverage for dQ (kBlockM x kHeadDim), dK and dV.
   {
     using namespace cute;
     typename C::MmaSdP mma;
@@ -97,7 +128,7 @@ int check(const char* name) {
     for (int t = 0; t < C::kMmaThreads; ++t) {
       auto ct = mma.get_thread_slice(t).partition_C(id);
       const int k0 = get<0>(ct(0)), q0 = get<1>(ct(0));
-      if ((t >= 128) != (k0 >= 64)) ++bad;
+      if ((t >= 128) != (C::kColumnSplit ? q0 >= C::kBlockM / 2 : k0 >= 64)) ++bad;
       for (int i = 0; i < size(ct); ++i) {
         const int k = get<0>(ct(i)), q = get<1>(ct(i));
         if (k != k0 + get<0>(c0(i)) || q != q0 + get<1>(c0(i))) ++bad;
@@ -128,13 +159,12 @@ int check(const char* name) {
     }
     for (auto& row : hq)
       for (int h : row) bad += h != 1;
-    typename C::MmadKV mma_dkv;
-    auto idkv = make_identity_tensor(Shape<Int<C::kBlockN>, Int<C::kHeadDim>>{});
-    for (int t = 0; t < C::kMmaThreads; ++t) {
-      auto ct = mma_dkv.get_thread_slice(t).partition_C(idkv);
-      for (int i = 1; i < size(ct); i += 2)
-        if (get<0>(ct(i - 1)) != get<0>(ct(i)) || get<1>(ct(i - 1)) + 1 != get<1>(ct(i))) ++bad;
-    }
+    bad += check_accumulator<C::kBlockN, C::kHeadDim>(typename C::MmadK{}, [](int key, int col) {
+      return C::kColumnSplit ? col >= C::kDkCols : key >= 64;
+    });
+    bad += check_accumulator<C::kBlockN, C::kHeadDimV>(typename C::MmadV{}, [](int key, int col) {
+      return C::kColumnSplit ? col >= C::kDvCols : key >= 64;
+    });
   }
   const int smem = smem_bytes_of<C>();
   if (smem > 227 * 1024) ++bad;
@@ -145,7 +175,7 @@ int check(const char* name) {
 template <int kHeadDim, int kHeadDimV, int kBwdBlockM, dash_dtype kDtype>
 int check_row(const char* name) {
   int bad = check_forward<kHeadDim, kHeadDimV, kDtype>(name);
-  if constexpr (kBwdBlockM != 0) bad += check<kHeadDim, kDtype>(name);  // rows with a backward kernel
+  if constexpr (kBwdBlockM != 0) bad += check<kHeadDim, kHeadDimV, kDtype>(name);  // rows with a backward kernel
   return bad;
 }
 }  // namespace

@@ -36,13 +36,19 @@ inline std::vector<int> kernel_head_dims() {
   return dims;
 }
 
-// The head dims of the rows with a backward kernel, which the backward suites sweep (64, 96, 128). Their tensors have
-// one head dim, so a row of two (a future 192 / 128 backward) is not among them: BackwardRows.EveryBackwardRowIsSwept
-// (test_backward.cpp) fails for it until the suites give v, o, dout and dv their own head dim.
+// The rows with a backward kernel, which the backward accuracy suite sweeps (every row: 64, 96, 128, 192 / 128, 256).
+inline std::vector<KernelRow> backward_rows() {
+  std::vector<KernelRow> rows;
+  for (const KernelRow& row : kernel_rows())
+    if (row.backward) rows.push_back(row);
+  return rows;
+}
+
+// Of those, the head dims with head_dim_v = head_dim (64, 96, 128, 256), for suites whose tensors have one head dim.
 inline std::vector<int> backward_head_dims() {
   std::vector<int> dims;
-  for (const KernelRow& row : kernel_rows())
-    if (row.backward && row.head_dim_v == row.head_dim) dims.push_back(row.head_dim);
+  for (const KernelRow& row : backward_rows())
+    if (row.head_dim_v == row.head_dim) dims.push_back(row.head_dim);
   return dims;
 }
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // test_backward.cpp — the plan-executing backward kernel (src/cuda/bwd/) against a float64 CPU reference:
-// dQ/dK/dV for full/causal masks, the head dims with a backward kernel (64, 96, 128), odd and unequal lengths,
-// GQA (split and packed) and MQA; bitwise reproducibility over 5 runs for every deterministic schedule; the dQ
-// accumulation order the kernel actually executed (the debug order log) equals the plan's; a single-CTA plan;
-// non-deterministic mode within tolerance; argument checks, and the refusal of the rows without a backward kernel.
+// dQ/dK/dV for full/causal masks, every row of the kernel table (64, 96, 128, 192 / 128, 256), odd and unequal
+// lengths, GQA (split and packed) and MQA; bitwise reproducibility over 5 runs for every deterministic schedule; the
+// dQ accumulation order the kernel actually executed (the debug order log) equals the plan's; a single-CTA plan;
+// non-deterministic mode within tolerance; argument checks.
 // GPU tests skip, saying so, where no CUDA device is present.
 #include <cmath>
 #include <cstdint>
@@ -34,15 +34,20 @@ using dash::test::to_bf16;
 struct Case {
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
   dash_mask_kind mask;
+  int head_dim_v = 0;  // of v, o, dout, dv; 0: head_dim
+  int dv() const { return head_dim_v != 0 ? head_dim_v : head_dim; }
   std::string name() const {
     return "b" + std::to_string(batch) + "_h" + std::to_string(heads_q) + "-" + std::to_string(heads_kv) + "_sq" +
            std::to_string(seqlen_q) + "_sk" + std::to_string(seqlen_k) + "_d" + std::to_string(head_dim) +
+           (dv() != head_dim ? "v" + std::to_string(dv()) : std::string()) +
            (mask == DASH_MASK_CAUSAL ? "_causal" : "_full");
   }
   dash_problem problem() const {
-    return dash::test::make_problem(seqlen_q, seqlen_k, static_cast<dash::Mask>(mask), heads_q, heads_kv, batch,
-                                    head_dim)
-        .to_c();
+    dash_problem p = dash::test::make_problem(seqlen_q, seqlen_k, static_cast<dash::Mask>(mask), heads_q, heads_kv,
+                                              batch, head_dim)
+                         .to_c();
+    p.head_dim_v = head_dim_v;
+    return p;
   }
 };
 
@@ -55,8 +60,12 @@ struct Problem {
   std::vector<float> lse;
   std::vector<double> dq, dk, dv;
 
+  // Element of q, k, dq, dk (idx: head_dim columns) and of v, o, dout, dv (idxv: head_dim_v columns).
   size_t idx(int b, int s, int h, int d, int seqlen, int heads) const {
     return ((size_t(b) * seqlen + s) * heads + h) * c.head_dim + d;
+  }
+  size_t idxv(int b, int s, int h, int d, int seqlen, int heads) const {
+    return ((size_t(b) * seqlen + s) * heads + h) * c.dv() + d;
   }
 
   // with_reference = false: no float64 gradients (O and LSE stay 0), for tests that check only the executed order.
@@ -66,21 +75,23 @@ struct Problem {
     auto fill = [&](std::vector<uint16_t>& t, size_t n) { dash::test::fill_uniform_bf16(t, n, rng); };
     const size_t nq = size_t(c.batch) * c.seqlen_q * c.heads_q * c.head_dim;
     const size_t nk = size_t(c.batch) * c.seqlen_k * c.heads_kv * c.head_dim;
+    const size_t nqv = size_t(c.batch) * c.seqlen_q * c.heads_q * c.dv();
+    const size_t nkv = size_t(c.batch) * c.seqlen_k * c.heads_kv * c.dv();
     fill(q, nq);
     fill(k, nk);
-    fill(v, nk);
-    fill(dout, nq);
-    o.assign(nq, 0);
+    fill(v, nkv);
+    fill(dout, nqv);
+    o.assign(nqv, 0);
     lse.assign(size_t(c.batch) * c.heads_q * c.seqlen_q, 0.f);
     dq.assign(nq, 0.0);
     dk.assign(nk, 0.0);
-    dv.assign(nk, 0.0);
+    dv.assign(nkv, 0.0);
     if (with_reference) reference();
   }
 
   // Forward (its own LSE and O, rounded to bf16 as the forward kernel would store O), then the backward in fp64.
   void reference() {
-    const int D = c.head_dim, sq = c.seqlen_q, sk = c.seqlen_k, G = c.heads_q / c.heads_kv;
+    const int D = c.head_dim, DV = c.dv(), sq = c.seqlen_q, sk = c.seqlen_k, G = c.heads_q / c.heads_kv;
     std::vector<double> p(sk), dp(sk);
     for (int b = 0; b < c.batch; ++b)
       for (int h = 0; h < c.heads_q; ++h) {
@@ -105,19 +116,19 @@ struct Problem {
           const double l = mx + std::log(sum);
           lse_out = float(l);
           for (int j = 0; j <= last_key; ++j) p[j] = std::exp(p[j] - double(lse_out));
-          std::vector<double> orow(D, 0.0);
+          std::vector<double> orow(DV, 0.0);
           for (int j = 0; j <= last_key; ++j)
-            for (int d = 0; d < D; ++d) orow[d] += p[j] * from_bf16(v[idx(b, j, hk, d, sk, c.heads_kv)]);
+            for (int d = 0; d < DV; ++d) orow[d] += p[j] * from_bf16(v[idxv(b, j, hk, d, sk, c.heads_kv)]);
           double delta = 0;
-          for (int d = 0; d < D; ++d) {
+          for (int d = 0; d < DV; ++d) {
             const uint16_t ob = to_bf16(float(orow[d]));
-            o[idx(b, i, h, d, sq, c.heads_q)] = ob;
-            delta += double(from_bf16(ob)) * from_bf16(dout[idx(b, i, h, d, sq, c.heads_q)]);
+            o[idxv(b, i, h, d, sq, c.heads_q)] = ob;
+            delta += double(from_bf16(ob)) * from_bf16(dout[idxv(b, i, h, d, sq, c.heads_q)]);
           }
           for (int j = 0; j <= last_key; ++j) {
             double s = 0;
-            for (int d = 0; d < D; ++d) s += double(from_bf16(dout[idx(b, i, h, d, sq, c.heads_q)])) *
-                                            from_bf16(v[idx(b, j, hk, d, sk, c.heads_kv)]);
+            for (int d = 0; d < DV; ++d) s += double(from_bf16(dout[idxv(b, i, h, d, sq, c.heads_q)])) *
+                                             from_bf16(v[idxv(b, j, hk, d, sk, c.heads_kv)]);
             dp[j] = s;
           }
           for (int j = 0; j <= last_key; ++j) {
@@ -125,8 +136,9 @@ struct Problem {
             for (int d = 0; d < D; ++d) {
               dq[idx(b, i, h, d, sq, c.heads_q)] += scale * ds * from_bf16(k[idx(b, j, hk, d, sk, c.heads_kv)]);
               dk[idx(b, j, hk, d, sk, c.heads_kv)] += scale * ds * from_bf16(q[idx(b, i, h, d, sq, c.heads_q)]);
-              dv[idx(b, j, hk, d, sk, c.heads_kv)] += p[j] * from_bf16(dout[idx(b, i, h, d, sq, c.heads_q)]);
             }
+            for (int d = 0; d < DV; ++d)
+              dv[idxv(b, j, hk, d, sk, c.heads_kv)] += p[j] * from_bf16(dout[idxv(b, i, h, d, sq, c.heads_q)]);
           }
         }
       }
@@ -175,19 +187,19 @@ struct BwdRun {
     upload(dout, pr.dout);
     cudaMalloc(reinterpret_cast<void**>(&dq), pr.q.size() * 2);
     cudaMalloc(reinterpret_cast<void**>(&dk), pr.k.size() * 2);
-    cudaMalloc(reinterpret_cast<void**>(&dv), pr.k.size() * 2);
+    cudaMalloc(reinterpret_cast<void**>(&dv), pr.v.size() * 2);
     cudaMalloc(reinterpret_cast<void**>(&lse), pr.lse.size() * 4);
     cudaMemcpy(lse, pr.lse.data(), pr.lse.size() * 4, cudaMemcpyHostToDevice);
     args.problem = problem;
     args.dtype = DASH_DTYPE_BF16;
     args.q = tensor(q, c.seqlen_q, c.heads_q, c.head_dim);
     args.k = tensor(k, c.seqlen_k, c.heads_kv, c.head_dim);
-    args.v = tensor(v, c.seqlen_k, c.heads_kv, c.head_dim);
-    args.o = tensor(o, c.seqlen_q, c.heads_q, c.head_dim);
-    args.dout = tensor(dout, c.seqlen_q, c.heads_q, c.head_dim);
+    args.v = tensor(v, c.seqlen_k, c.heads_kv, c.dv());
+    args.o = tensor(o, c.seqlen_q, c.heads_q, c.dv());
+    args.dout = tensor(dout, c.seqlen_q, c.heads_q, c.dv());
     args.dq = tensor(dq, c.seqlen_q, c.heads_q, c.head_dim);
     args.dk = tensor(dk, c.seqlen_k, c.heads_kv, c.head_dim);
-    args.dv = tensor(dv, c.seqlen_k, c.heads_kv, c.head_dim);
+    args.dv = tensor(dv, c.seqlen_k, c.heads_kv, c.dv());
     args.lse = lse;
     args.softmax_scale = 0.f;
     workspace_bytes = dash_bwd_workspace_size(&args, plan);
@@ -203,7 +215,7 @@ struct BwdRun {
   std::string run(int deterministic) {
     cudaMemset(dq, 0xff, pr.q.size() * 2);
     cudaMemset(dk, 0xff, pr.k.size() * 2);
-    cudaMemset(dv, 0xff, pr.k.size() * 2);
+    cudaMemset(dv, 0xff, pr.v.size() * 2);
     if (dash_bwd(&args, plan, deterministic, workspace, workspace_bytes, nullptr) != DASH_OK) {
       return std::string("dash_bwd: ") + dash_last_error();
     }
@@ -214,7 +226,7 @@ struct BwdRun {
   void download(std::vector<uint16_t>& hq, std::vector<uint16_t>& hk, std::vector<uint16_t>& hv) {
     hq.resize(pr.q.size());
     hk.resize(pr.k.size());
-    hv.resize(pr.k.size());
+    hv.resize(pr.v.size());
     cudaMemcpy(hq.data(), dq, hq.size() * 2, cudaMemcpyDeviceToHost);
     cudaMemcpy(hk.data(), dk, hk.size() * 2, cudaMemcpyDeviceToHost);
     cudaMemcpy(hv.data(), dv, hv.size() * 2, cudaMemcpyDeviceToHost);
@@ -330,18 +342,21 @@ TEST_P(BackwardAccuracy, MatchesReference) {
 
 std::vector<AccuracyParam> accuracy_params() {
   std::vector<AccuracyParam> out;
-  for (int d : dash::test::backward_head_dims())  // the rows with a backward kernel
+  for (const dash::test::KernelRow& row : dash::test::backward_rows()) {
+    const int d = row.head_dim, dv = row.head_dim_v == row.head_dim ? 0 : row.head_dim_v;
     for (dash_mask_kind m : {DASH_MASK_FULL, DASH_MASK_CAUSAL}) {
-      for (auto [sq, sk] : {std::pair{1, 1}, {113, 113}, {127, 129}, {129, 127}, {1000, 1000}, {64, 300}, {300, 64}}) {
+      for (auto [sq, sk] : {std::pair{1, 1}, {2, 2}, {1, 2}, {2, 1}, {113, 113}, {127, 129}, {129, 127}, {1000, 1000},
+                            {64, 300}, {300, 64}}) {
         const int batch = sq >= 1000 ? 1 : 2;
-        out.push_back({{batch, 2, 2, sq, sk, d, m}, "auto", DASH_GQA_SPLIT_HEADS, 1});
+        out.push_back({{batch, 2, 2, sq, sk, d, m, dv}, "auto", DASH_GQA_SPLIT_HEADS, 1});
       }
-      out.push_back({{1, 2, 2, 257, 257, d, m}, "auto", DASH_GQA_SPLIT_HEADS, 0});
-      out.push_back({{1, 8, 2, 200, 200, d, m}, "auto", DASH_GQA_SPLIT_HEADS, 1});  // GQA 8/2 split
-      out.push_back({{1, 8, 2, 200, 200, d, m}, "auto", DASH_GQA_PACK_GROUP, 1});   // GQA 8/2 packed
-      out.push_back({{1, 4, 1, 150, 150, d, m}, "auto", DASH_GQA_SPLIT_HEADS, 1});  // MQA
-      out.push_back({{1, 4, 1, 150, 150, d, m}, "auto", DASH_GQA_SPLIT_HEADS, 0});  // MQA non-det
+      out.push_back({{1, 2, 2, 257, 257, d, m, dv}, "auto", DASH_GQA_SPLIT_HEADS, 0});
+      out.push_back({{1, 8, 2, 200, 200, d, m, dv}, "auto", DASH_GQA_SPLIT_HEADS, 1});  // GQA 8/2 split
+      out.push_back({{1, 8, 2, 200, 200, d, m, dv}, "auto", DASH_GQA_PACK_GROUP, 1});   // GQA 8/2 packed
+      out.push_back({{1, 4, 1, 150, 150, d, m, dv}, "auto", DASH_GQA_SPLIT_HEADS, 1});  // MQA
+      out.push_back({{1, 4, 1, 150, 150, d, m, dv}, "auto", DASH_GQA_SPLIT_HEADS, 0});  // MQA non-det
     }
+  }
   return out;
 }
 
@@ -406,6 +421,10 @@ std::vector<ScheduleParam> schedule_params() {
     out.push_back({{1, 2, 2, 640, 640, 128, DASH_MASK_FULL}, s, DASH_GQA_SPLIT_HEADS});
     out.push_back({{1, 8, 2, 300, 300, 128, DASH_MASK_CAUSAL}, s, DASH_GQA_SPLIT_HEADS});
     out.push_back({{1, 4, 2, 555, 555, 96, DASH_MASK_CAUSAL}, s, DASH_GQA_SPLIT_HEADS});
+    // The column-split rows (64 x 64 tiles, one dQ staging buffer; one Q stage at 256).
+    out.push_back({{1, 4, 2, 601, 601, 192, DASH_MASK_CAUSAL, 128}, s, DASH_GQA_SPLIT_HEADS});
+    out.push_back({{1, 2, 2, 450, 450, 256, DASH_MASK_FULL}, s, DASH_GQA_SPLIT_HEADS});
+    out.push_back({{1, 8, 2, 300, 300, 256, DASH_MASK_CAUSAL}, s, DASH_GQA_SPLIT_HEADS});
   }
   out.push_back({{1, 8, 2, 300, 300, 128, DASH_MASK_CAUSAL}, "ascending", DASH_GQA_PACK_GROUP});
   return out;
@@ -460,43 +479,12 @@ TEST(Backward, SingleCtaAscendingCompletes) {
 
 // ---- the kernel table's rows ------------------------------------------------------------------------------
 
-// The suites above sweep backward_head_dims(): every row with a backward kernel must be among them (a row of two head
-// dims is not, until the suites' tensors take head_dim_v).
-TEST(BackwardRows, EveryBackwardRowIsSwept) {
-  const std::vector<int> swept = dash::test::backward_head_dims();
-  int with_backward = 0;
-  for (const dash::test::KernelRow& row : dash::test::kernel_rows()) {
-    if (!row.backward) continue;
-    ++with_backward;
-    EXPECT_EQ(row.head_dim_v, row.head_dim)
-        << "row " << row.head_dim << "/" << row.head_dim_v << " has a backward kernel, but the backward suites take "
-        << "one head dim: give their v, o, dout and dv head_dim_v, then sweep it";
-  }
-  EXPECT_EQ(int(swept.size()), with_backward);
-  EXPECT_FALSE(swept.empty());
-}
-
-// A row with a forward kernel only (256, 192 / 128): dash_plan_create refuses it before planning or touching a device
-// (dash_check_problem), naming problem.head_dim. Needs no GPU.
-TEST(BackwardRows, AForwardOnlyRowIsRefusedBeforePlanning) {
-  int refused = 0;
-  for (const dash::test::KernelRow& row : dash::test::kernel_rows()) {
-    if (row.backward) continue;
-    dash_problem p = Case{1, 2, 2, 128, 128, row.head_dim, DASH_MASK_CAUSAL}.problem();
-    p.head_dim_v = row.head_dim_v == row.head_dim ? 0 : row.head_dim_v;
-    const int64_t runs = dash_planner_runs();
-    dash_plan_t plan = nullptr;
-    EXPECT_EQ(dash_plan_create(&p, "auto", 0, DASH_GQA_AUTO, &plan), DASH_ERROR_UNSUPPORTED);
-    const std::string message = dash_last_error();
-    EXPECT_EQ(message.rfind("problem.head_dim: ", 0), 0u) << message;
-    EXPECT_NE(message.find("has a forward kernel only in this build"), std::string::npos) << message;
-    EXPECT_EQ(plan, nullptr);
-    EXPECT_EQ(dash_planner_runs(), runs) << "a planner ran for a refused row";
-    EXPECT_EQ(dash_check_problem(&p, DASH_CHECK_BACKWARD), DASH_ERROR_UNSUPPORTED);
-    EXPECT_EQ(dash_check_problem(&p, DASH_CHECK_CPU_BACKWARD), DASH_OK) << dash_last_error();
-    ++refused;
-  }
-  EXPECT_EQ(refused, 2) << "the table's forward-only rows: 192/128 and 256";
+// The accuracy suite sweeps backward_rows(): every row of the table has a backward kernel, and every one is swept.
+TEST(BackwardRows, EveryRowHasABackwardAndIsSwept) {
+  const std::vector<dash::test::KernelRow> rows = dash::test::kernel_rows();
+  const std::vector<dash::test::KernelRow> swept = dash::test::backward_rows();
+  EXPECT_EQ(swept.size(), rows.size());
+  for (const dash::test::KernelRow& row : rows) EXPECT_TRUE(row.backward) << row.head_dim << "/" << row.head_dim_v;
 }
 
 // ---- argument checks (run without a GPU only as far as they touch no device) ----------------------------

@@ -113,8 +113,10 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   auto const masks = {DASH_MASK_FULL, DASH_MASK_CAUSAL};
   auto const dtypes = {DASH_DTYPE_BF16, DASH_DTYPE_FP16};
-  // The full sweep: the rows with both passes (64, 96, 128).
-  const std::vector<int> swept = dash::test::backward_head_dims();
+  // The full sweep: the rows of one head dim up to 128 (64, 96, 128).
+  std::vector<int> swept;
+  for (int d : dash::test::kernel_head_dims())
+    if (d <= 128) swept.push_back(d);
   // Length sweep: around the 128-row / 128-key tile edges, and odd lengths.
   for (int len : {1, 17, 113, 127, 128, 129, 255, 1000}) {
     for (auto mask : masks)
@@ -126,10 +128,10 @@ std::vector<Case> all_cases() {
     for (auto mask : masks)
       for (int d : swept) cases.push_back(make_case("Small_Cross", 2, 2, 2, sq, sk, d, mask, DASH_DTYPE_BF16));
   }
-  // The other rows (a forward kernel only for now: 256 and 192 / 128, whose V and O have head dim 128): a few
-  // lengths (one, a tile edge, many tiles) in both dtypes and masks, cross lengths, GQA and a padded layout.
+  // The other rows (256, and 192 / 128, whose V and O have head dim 128): a few lengths (one, a tile edge, many
+  // tiles) in both dtypes and masks, cross lengths, GQA and a padded layout.
   for (const dash::test::KernelRow& row : dash::test::kernel_rows()) {
-    if (row.backward && row.head_dim_v == row.head_dim) continue;
+    if (row.head_dim <= 128 && row.head_dim_v == row.head_dim) continue;
     for (int len : {1, 129, 1000})
       for (auto mask : masks)
         for (auto dtype : dtypes)
@@ -569,7 +571,7 @@ TEST(ForwardArguments, ValueHeadDimOfItsRow) {
   a = plausible_args();
   a.problem.head_dim_v = -1;
   expect_rejected(a, DASH_ERROR_INVALID_ARGUMENT, "problem.head_dim_v");
-  // Head dim 256 (its row's forward only): the arguments pass as well.
+  // Head dim 256: the arguments pass as well.
   a = plausible_args();
   a.problem.head_dim = 256;
   int64_t const qs = 8 * 256, ks = 2 * 256;

@@ -320,6 +320,10 @@ const std::vector<PackCase>& cases() {
       {"single_d128_full", {1000}, {1000}, 2, 2, 128, DASH_MASK_FULL},
       {"mix_d96_causal", {0, 1, 2, 127, 129, 300}, {0, 1, 2, 127, 129, 300}, 4, 2, 96, DASH_MASK_CAUSAL},
       {"window_d96", {300, 31, 200}, {300, 40, 260}, 2, 1, 96, DASH_MASK_WINDOW, 50, 20},
+      // The column-split rows: awkward lengths (0, 1, 2, tile edges of 64), GQA, a window.
+      {"mix_d192v128_causal", {0, 1, 2, 63, 65, 300}, {3, 1, 2, 64, 65, 260}, 4, 2, 192, DASH_MASK_CAUSAL, -1, -1, 128},
+      {"mix_d256_full", {1, 65, 2, 300, 127}, {1, 65, 2, 300, 127}, 4, 2, 256, DASH_MASK_FULL},
+      {"window_d256", {300, 31, 200}, {300, 40, 260}, 2, 1, 256, DASH_MASK_WINDOW, 50, 20},
   };
   return all;
 }
@@ -381,37 +385,6 @@ TEST_P(VarlenGpu, BackwardMatchesFloat64AndRepeatsBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Packs, VarlenGpu, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<PackCase>& info) { return info.param.name; });
-
-// The rows of the kernel table with a forward kernel only (256, 192 / 128): one pack each, forward alone, with
-// awkward lengths (0, 1, 2, a tile edge), GQA and causal; their backward is refused before any planning.
-std::vector<PackCase> forward_only_cases() {
-  std::vector<PackCase> out;
-  for (const dash::test::KernelRow& row : dash::test::kernel_rows()) {
-    if (row.backward) continue;
-    const std::string dims = std::to_string(row.head_dim) +
-                             (row.head_dim_v != row.head_dim ? "v" + std::to_string(row.head_dim_v) : std::string());
-    out.push_back({"forward_only_d" + dims, {0, 1, 2, 127, 129, 300}, {3, 1, 2, 127, 129, 260}, 4, 2, row.head_dim,
-                   DASH_MASK_CAUSAL, -1, -1, row.head_dim_v});
-  }
-  return out;
-}
-
-class VarlenGpuForwardOnly : public ::testing::TestWithParam<PackCase> {};
-
-TEST_P(VarlenGpuForwardOnly, ForwardMatchesFloat64AndTheBackwardIsRefused) {
-  SKIP_WITHOUT_GPU();
-  check_forward(GetParam());
-  const HostPack h(GetParam(), 3);
-  DevicePack d(h);
-  ASSERT_EQ(d.create_pack(), "");
-  dash_plan_t plan = nullptr;
-  EXPECT_EQ(dash_plan_create_varlen(d.pack, "auto", 0, DASH_GQA_AUTO, &plan), DASH_ERROR_UNSUPPORTED);
-  EXPECT_NE(std::string(dash_last_error()).find("has a forward kernel only"), std::string::npos) << dash_last_error();
-  EXPECT_EQ(plan, nullptr);
-}
-
-INSTANTIATE_TEST_SUITE_P(Rows, VarlenGpuForwardOnly, ::testing::ValuesIn(forward_only_cases()),
                          [](const ::testing::TestParamInfo<PackCase>& info) { return info.param.name; });
 
 // A sequence's rows of the outputs, for pack invariance.

@@ -17,10 +17,10 @@ namespace dash::kernels::bwd {
 
 // The backward's tiles for a head dim: its row of dash/kernel_table.hpp, which dash::default_backward_tiles
 // also reads, so the plan's tables are expressed in these tiles (the host still refuses a plan with others).
-template <int kHeadDim>
+template <int kHeadDim, int kHeadDimV>
 struct BwdTiles {
-  static constexpr KernelTableRow kRow = kernel_table_row(kHeadDim);
-  static_assert(kRow.head_dim == kHeadDim, "no row for this head dim in dash/kernel_table.hpp");
+  static constexpr KernelTableRow kRow = kernel_table_row(kHeadDim, kHeadDimV);
+  static_assert(kRow.head_dim == kHeadDim, "no row for this head-dim pair in dash/kernel_table.hpp");
   static constexpr int kBlockM = kRow.bwd_block_m;  // query rows per Q tile
   static constexpr int kBlockN = kRow.bwd_block_n;  // key rows per KV tile
 };

@@ -142,8 +142,8 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
       return cuda_fail("cudaMemsetAsync(dk/dv accum)", s);
     }
   }
-  if (dash_status s = dash::kernels::run_backward(family, params, a.problem.head_dim, a.dtype, h.num_ctas, device, stream,
-                                                      error);
+  if (dash_status s = dash::kernels::run_backward(family, params, a.problem.head_dim, a.problem.head_dim_v, a.dtype,
+                                                      h.num_ctas, device, stream, error);
       s != DASH_OK) {
     return fail(s, "dash_bwd: " + error);
   }

@@ -29,7 +29,7 @@ int smem_bytes();
 namespace bwd {
 // Launches preprocess, the plan-executing main kernel (num_ctas persistent CTAs, a plain launch: docs/DEADLOCK.md)
 // and convert on `stream` (of `device`, the current device). Only for rows with a backward (has_backward).
-template <int kHeadDim, dash_dtype kDtype>
+template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
 dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int device, cudaStream_t stream,
                 std::string& error);
 }  // namespace bwd

@@ -18,10 +18,6 @@
 
 namespace dash::hopper::bwd {
 
-// dQ staging buffers between the MMA warpgroups and the store warps: one store warp drains each, so one buffer's
-// hand-off (turn wait, bulk add, completion, release) overlaps the other's.
-constexpr int kDqStages = 2;
-
 // What the MMA warpgroups hand to the store warp with each dQ staging buffer.
 struct DqHandoff {
   int32_t accumulator;  // (batch * heads_q + head) * num_q_tiles + q_tile; -1 = no more work
@@ -34,13 +30,13 @@ struct DqHandoff {
 // The fp32 dQ staging tile of kRows x kCols (and, copied flat, each accumulator tile in global memory): column
 // blocks of kBlockCols floats, each block row-major, its 4-float (16-byte) chunks XOR-swizzled by the row's low bits
 // (3 bits, or 2 in 16-column blocks), so that the rows written together land in different bank groups. A power-of-two
-// head dim is one block (64, 128). Otherwise a block is the largest power of two dividing half the row (16 at
-// D = 96): one warpgroup's dQ columns (kCols / 2) are then whole blocks, which CuTe needs to partition the staging
-// tile like the accumulator.
+// head dim up to 128 is one block (64, 128). Otherwise a block is the largest power of two dividing half the row (16
+// at D = 96, 32 at 192, 128 at 256): one warpgroup's dQ columns (kCols / 2) are then whole blocks, which CuTe needs to
+// partition the staging tile like the accumulator.
 template <int kRows, int kCols>
 struct DqStaging {
   static constexpr bool kPowerOfTwo = (kCols & (kCols - 1)) == 0;
-  static constexpr int kBlockCols = kPowerOfTwo ? kCols : ((kCols / 2) & -(kCols / 2));
+  static constexpr int kBlockCols = kPowerOfTwo && kCols <= 128 ? kCols : ((kCols / 2) & -(kCols / 2));
   static constexpr int kBlocks = kCols / kBlockCols;
   static constexpr int kLog2BlockCols = cute::log_2(static_cast<unsigned>(kBlockCols));
   static constexpr int kSwizzleBits = kLog2BlockCols - 2 < 3 ? kLog2BlockCols - 2 : 3;  // log2 chunks, at most 3
@@ -54,13 +50,13 @@ struct DqStaging {
   }
 };
 
-// The loop of store warp `store_warp` (0 .. kDqStages - 1): it drains staging buffer `store_warp`, in the order the
-// MMA warpgroups filled it (their visit order). `Smem` has the members dq, handoff, dq_full, dq_empty and
-// waits_done. The MMA threads fence.proxy.async their staging writes before their dq_full arrival (the bulk copy
-// reads shared memory through the async proxy).
-template <int kHeadDim, class Smem>
+// The loop of store warp `store_warp`: it drains staging buffer `store_warp` (of Smem::kDqStages: with two, one
+// buffer's hand-off - turn wait, bulk add, completion, release - overlaps the other's), in the order the MMA
+// warpgroups filled it (their visit order). `Smem` has the members dq, handoff, dq_full, dq_empty and waits_done.
+// The MMA threads fence.proxy.async their staging writes before their dq_full arrival (the bulk copy reads shared
+// memory through the async proxy).
+template <int kBlockM, int kHeadDim, class Smem>
 __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int store_warp) {
-  constexpr int kBlockM = kernels::bwd::BwdTiles<kHeadDim>::kBlockM;
   constexpr int kTileFloats = kBlockM * kHeadDim;
   constexpr uint32_t kTileBytes = kTileFloats * sizeof(float);
   static_assert(kTileBytes % 16 == 0, "bulk copies move multiples of 16 bytes");

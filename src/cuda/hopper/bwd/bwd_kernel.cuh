@@ -46,19 +46,28 @@ namespace dash::hopper::bwd {
 
 using kernels::bwd::BwdTiles;
 
-template <int kHeadDim_, dash_dtype kDtype>
+template <int kHeadDim_, int kHeadDimV_, dash_dtype kDtype>
 struct BwdConfig {
   using Element = typename CuteElement<kDtype>::type;     // for CuTe (wgmma, TMA)
   using StdElement = typename CudaElement<kDtype>::type;  // for preprocess / convert and global stores
-  static constexpr int kHeadDim = kHeadDim_;
-  static_assert(kHeadDim % 32 == 0 && kHeadDim <= 128, "the tilings below cover head dims 32k up to 128");
+  static constexpr int kHeadDim = kHeadDim_;    // of q, k, dq, dk
+  static constexpr int kHeadDimV = kHeadDimV_;  // of v, dout, dv
+  static_assert(kHeadDim % 32 == 0 && kHeadDimV % 32 == 0 && kHeadDim <= 256 && kHeadDimV <= kHeadDim,
+                "the tilings below cover head dims 32k up to 256, the value head dim at most the qk one");
   // The plan's tiles (default_backward_tiles): the host refuses a plan with other tiles.
-  static constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;  // query rows per Q tile: 128 (D 64), 64 (D 96, 128)
-  static constexpr int kBlockN = BwdTiles<kHeadDim>::kBlockN;  // keys per KV tile: 128
-  static_assert(kBlockN == 128, "two MMA warpgroups of 64 keys each");
+  static constexpr int kBlockM = BwdTiles<kHeadDim, kHeadDimV>::kBlockM;  // query rows per Q tile
+  static constexpr int kBlockN = BwdTiles<kHeadDim, kHeadDimV>::kBlockN;  // keys per KV tile
+  // Two layouts of the two MMA warpgroups (file comment): KEY SPLIT (128-key tiles), warpgroup w owns keys
+  // [64w, 64w + 64) and all head-dim columns of their dK / dV; COLUMN SPLIT (64-key tiles, head dims 192 / 128 and
+  // 256), both own the 64 keys, warpgroup w owns queries [32w, 32w + 32) of S^T / dP^T and half of the head-dim
+  // columns of dK, dV and dQ, and P^T / dS^T go through shared memory to the dK / dV GEMMs.
+  static constexpr bool kColumnSplit = kBlockN == 64;
+  static_assert(kBlockN == 128 || (kBlockN == 64 && kBlockM == 64), "128-key tiles, or 64 x 64 column-split tiles");
   static_assert(kBlockM == 64 || kBlockM == 128, "the dQ GEMM splits 128 rows or 128 columns between the warpgroups");
-  static constexpr int kMmaWarpgroups = 2;  // warpgroup w owns keys [64w, 64w + 64)
-  static constexpr int kKeysPerWarpgroup = kBlockN / kMmaWarpgroups;
+  static_assert(kColumnSplit || kHeadDim == kHeadDimV, "the key split keeps dK and dV of one shape");
+  static constexpr int kMmaWarpgroups = 2;
+  static constexpr int kKeyWarpgroups = kColumnSplit ? 1 : 2;  // warpgroups along the keys (M of S^T, dK, dV)
+  static constexpr int kColWarpgroups = kColumnSplit ? 2 : 1;  // along S^T's queries and dK / dV's columns
   static constexpr int kMmaThreads = 128 * kMmaWarpgroups;
   static constexpr int kThreads = 128 + kMmaThreads;
   // setmaxnreg budgets. They must fit the CTA's pool, 168 x 384 = 64,512 (not the SM's 65,536: the first
@@ -69,9 +78,13 @@ struct BwdConfig {
       (launch_register_pool(kThreads) - kProducerRegisters * 128) / kMmaThreads / 8 * 8;  // 240
   static_assert(kProducerRegisters * 128 + kMmaRegisters * kMmaThreads <= launch_register_pool(kThreads),
                 "register budgets exceed the CTA's register pool: setmaxnreg.inc would wait forever");
-  static constexpr int kQStages = 2;  // Q / dO / LSE2 / delta ring depth (one visit ahead)
-  // Issue dV += P^T dO after dS^T is computed instead of before. At kBlockM = 128 the dS^T loop holds S^T and
-  // dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
+  // Shared memory decides the ring depths of the column split (227 KB): at 192 / 128 two Q / dO stages fit with
+  // one dQ staging buffer (48 KB of fp32; two would pass the limit), at 256 one stage and one buffer (Q, dO, K, V
+  // are 32 KB each, the staging buffer 64 KB), so there each visit's Q / dO load waits for the previous visit.
+  static constexpr int kQStages = kColumnSplit && kHeadDim > 192 ? 1 : 2;  // Q / dO / LSE2 / delta ring depth
+  static constexpr int kDqStages = kColumnSplit ? 1 : 2;  // dQ staging buffers, one store warp each
+  // Issue dV += P^T dO after dS^T is computed instead of before (key split). At kBlockM = 128 the dS^T loop holds S^T
+  // and dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
   // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled; 16%
   // slower on the H200). Issued after the loop, dV still overlaps the dS^T store and the barriers. At
   // kBlockM = 64 the early dV measured 1-4% faster. DASH_BWD_DV_AFTER_DS = 0 or 1 forces one order for both
@@ -80,48 +93,63 @@ struct BwdConfig {
 #define DASH_BWD_DV_AFTER_DS -1
 #endif
   static constexpr bool kDvAfterDs = DASH_BWD_DV_AFTER_DS < 0 ? kBlockM == 128 : DASH_BWD_DV_AFTER_DS != 0;
-  // Warps 1 and 2 of warpgroup 0 drain the dQ staging buffers, one buffer each (store_warp_loop): one
-  // buffer's hand-off (turn wait, bulk reduce-add, completion, release) then overlaps the other's.
+  // Warps 1 .. kDqStages of warpgroup 0 drain the dQ staging buffers, one buffer each (store_warp_loop): with two,
+  // one buffer's hand-off (turn wait, bulk reduce-add, completion, release) overlaps the other's.
   static constexpr int kStoreWarps = kDqStages;
 
   // dQ = dS K: M = queries, N = head dim, K = keys. Each warpgroup computes a 64 x kDqCols block: head-dim columns
-  // [kDqCols w, kDqCols (w + 1)) when kBlockM = 64 (D = 96, 128), query rows [64w, 64w + 64) when kBlockM = 128
-  // (D = 64).
+  // [kDqCols w, kDqCols (w + 1)) when kBlockM = 64 (D = 96, 128, and the column split), query rows [64w, 64w + 64)
+  // when kBlockM = 128 (D = 64).
   static constexpr int kDqWarpgroupsM = kBlockM / 64;
   static constexpr int kDqWarpgroupsN = kMmaWarpgroups / kDqWarpgroupsM;
   static constexpr int kDqCols = kHeadDim / kDqWarpgroupsN;
   static_assert(kDqWarpgroupsM * 64 == kBlockM && kDqWarpgroupsN * kDqCols == kHeadDim && kDqCols % 16 == 0,
                 "a 64 x kDqCols dQ block per warpgroup");
+  // Columns of dK / dV per warpgroup.
+  static constexpr int kDkCols = kHeadDim / kColWarpgroups;
+  static constexpr int kDvCols = kHeadDimV / kColWarpgroups;
 
   // ---- shared-memory layouts: every tile K-major (head dim contiguous, as in global memory) ----
-  // Q, dO and V with the widest swizzle their rows allow (SW128 at D = 64, 128; SW64 at 96). K is also the B
-  // operand of dQ = dS K, where each warpgroup reads only its kDqCols head-dim columns: a wgmma operand must be
-  // whole swizzle atoms, so K's atom is the widest that divides kDqCols (the same SW128 at D = 64 and 128; SW32
-  // at D = 96, whose 48-column halves are three 16-column atoms; FA3 picks the same).
-  using SmemAtom = decltype(k_major_smem_atom<Element, kHeadDim>());
+  // A wgmma operand must be whole swizzle atoms. Each tile gets the widest swizzle (128 / 64 / 32 bytes) that
+  // divides the columns one warpgroup's GEMM reads of it: Q and dO as the B operand of dK += dS^T Q and dV += P^T dO
+  // (all columns in the key split, kDkCols / kDvCols in the column split), K as the B operand of dQ = dS K (kDqCols
+  // columns: SW32 at D = 96, whose 48-column halves are three 16-column atoms; SW64 at 192; FA3 picks the same), V
+  // only as a whole (SW128 where its rows allow). S^T = K Q^T and dP^T = V dO^T read every column of all four.
+  using SmemAtomQ = decltype(k_major_smem_atom<Element, kDkCols>());
+  using SmemAtomdO = decltype(k_major_smem_atom<Element, kDvCols>());
   using SmemAtomK = decltype(k_major_smem_atom<Element, kDqCols>());
+  using SmemAtomV = decltype(k_major_smem_atom<Element, kHeadDimV>());
   using SmemLayoutQStage =
-      decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+      decltype(cute::tile_to_shape(SmemAtomQ{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+  using SmemLayoutdOStage =
+      decltype(cute::tile_to_shape(SmemAtomdO{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDimV>>{}));
   using SmemLayoutQ = decltype(cute::tile_to_shape(
-      SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kQStages>>{}));
+      SmemAtomQ{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kQStages>>{}));
+  using SmemLayoutdO = decltype(cute::tile_to_shape(
+      SmemAtomdO{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDimV>, cute::Int<kQStages>>{}));
   // Q and dO seen as the (head dim, query) B operand of dK += dS^T Q and dV += P^T dO: same bytes, MN-major.
   using SmemLayoutQt = decltype(cute::composition(
       SmemLayoutQ{},
       cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockM>, cute::Int<kQStages>>{},
                                 cute::Step<cute::_2, cute::_1, cute::_3>{})));
+  using SmemLayoutdOt = decltype(cute::composition(
+      SmemLayoutdO{},
+      cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDimV>, cute::Int<kBlockM>, cute::Int<kQStages>>{},
+                                cute::Step<cute::_2, cute::_1, cute::_3>{})));
   using SmemLayoutK =
       decltype(cute::tile_to_shape(SmemAtomK{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
   using SmemLayoutV =
-      decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
+      decltype(cute::tile_to_shape(SmemAtomV{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDimV>>{}));
   // K seen as the (head dim, key) B operand of dQ = dS K: same bytes, MN-major.
   using SmemLayoutKt = decltype(cute::composition(
       SmemLayoutK{}, cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{},
                                                cute::Step<cute::_2, cute::_1>{})));
-  // dS^T buffers. With two, alternating with the Q stage, a warpgroup may write visit v's dS^T while the other
-  // warpgroup's dQ GEMM of visit v - 1 still reads the other buffer, so the "dS free" barrier goes (visit v - 2's
-  // GEMMs, which read this buffer, completed before that warpgroup reached visit v - 1's "dS ready" barrier). The
-  // second buffer fits only at kBlockM = 64 (16 KB more; 32 KB at kBlockM = 128 would pass the 227 KB).
-  static constexpr int kDsStages = kBlockM == 64 ? 2 : 1;
+  // dS^T buffers (and, in the column split, P^T buffers of the same layout). With two, alternating with the Q stage,
+  // a warpgroup may write visit v's dS^T while the other warpgroup's dQ GEMM of visit v - 1 still reads the other
+  // buffer, so the "dS free" barrier goes (visit v - 2's GEMMs, which read this buffer, completed before that
+  // warpgroup reached visit v - 1's "dS ready" barrier). The second buffer fits only at kBlockM = 64 (16 KB more;
+  // 32 KB at kBlockM = 128 would pass the 227 KB) with two Q stages.
+  static constexpr int kDsStages = kBlockM == 64 && kQStages == 2 ? 2 : 1;
   static_assert(kDsStages == 1 || kDsStages == kQStages, "a dS^T buffer per Q stage, or one");
   // dS^T as the MMA warpgroups produce it: (key, query, stage), query contiguous, SW128 (64 queries = 128 bytes),
   // written with stmatrix straight from the dS^T accumulator layout (no transpose) ...
@@ -146,17 +174,28 @@ struct BwdConfig {
                                 cute::Stride<cute::_1, cute::Int<kBlockM * Staging::kBlockCols>>>>{}));
 
   // ---- wgmma ----
-  // S^T = K Q^T and dP^T = V dO^T: M = keys (2 warpgroups x 64), N = queries, K = head dim; both from smem.
+  // Warpgroups laid out along (M, N): key split (2, 1), column split (1, 2).
+  using WarpgroupLayout = cute::Layout<cute::Shape<cute::Int<kKeyWarpgroups>, cute::Int<kColWarpgroups>, cute::_1>>;
+  // S^T = K Q^T and dP^T = V dO^T: M = keys, N = queries, K = head dim; both from smem. (The K extent only sizes the
+  // op selector's check; dP^T's K = kHeadDimV comes from its operands.)
   using MmaSdP = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float,
-                                 cute::Shape<cute::_64, cute::Int<kBlockM>, cute::Int<kHeadDim>>>(),
-      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
-  // dV += P^T dO and dK += dS^T Q: M = keys (2 x 64), N = head dim, K = queries; A from registers.
-  using MmadKV = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<Element, Element, float,
-                                 cute::Shape<cute::_64, cute::Int<kHeadDim>, cute::Int<kBlockM>>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
-      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+                                 cute::Shape<cute::_64, cute::Int<kBlockM / kColWarpgroups>, cute::Int<kHeadDim>>>(),
+      WarpgroupLayout{}));
+  // dK += dS^T Q and dV += P^T dO: M = keys, N = head dim, K = queries. Key split: A (P^T, dS^T) from registers.
+  // Column split: A from the shared P^T / dS^T tiles, K-major (query contiguous), since a warpgroup's GEMM reads
+  // both warpgroups' queries.
+  template <int kCols>
+  static constexpr auto dkv_op() {
+    using Shape = cute::Shape<cute::_64, cute::Int<kCols>, cute::Int<kBlockM>>;
+    if constexpr (kColumnSplit) {
+      return cute::GMMA::ss_op_selector<Element, Element, float, Shape, cute::GMMA::Major::K, cute::GMMA::Major::MN>();
+    } else {
+      return cute::GMMA::rs_op_selector<Element, Element, float, Shape, cute::GMMA::Major::K, cute::GMMA::Major::MN>();
+    }
+  }
+  using MmadK = decltype(cute::make_tiled_mma(dkv_op<kDkCols>(), WarpgroupLayout{}));
+  using MmadV = decltype(cute::make_tiled_mma(dkv_op<kDvCols>(), WarpgroupLayout{}));
   // dQ = dS K: both operands from smem, both MN-major; a 64 x kDqCols block per warpgroup (above).
   using MmadQ = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, cute::Int<kDqCols>, cute::Int<kBlockN>>,
@@ -165,16 +204,24 @@ struct BwdConfig {
 
   // ---- TMA: global tensors as (seqlen, head dim, heads, batch, 1) or a varlen pack's ragged view (hopper/varlen.cuh),
   // element strides ----
-  using GmemShape = cute::Shape<int32_t, cute::Int<kHeadDim>, int32_t, int32_t, int32_t>;
+  template <int kCols>
+  using GmemShapeOf = cute::Shape<int32_t, cute::Int<kCols>, int32_t, int32_t, int32_t>;
+  using GmemShape = GmemShapeOf<kHeadDim>;    // q, k
+  using GmemShapeV = GmemShapeOf<kHeadDimV>;  // dout, v
   using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t, int64_t>;
-  using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
-                                                cute::Layout<GmemShape, GmemStride>{}));
-  using TmaLoadQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQStage{}));
-  using TmaLoadK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{}));
-  using TmaLoadV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{}));
+  template <int kCols>
+  using GmemTensorOf = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)),
+                                                  cute::Layout<GmemShapeOf<kCols>, GmemStride>{}));
+  using TmaLoadQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensorOf<kHeadDim>{}, SmemLayoutQStage{}));
+  using TmaLoaddO =
+      decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensorOf<kHeadDimV>{}, SmemLayoutdOStage{}));
+  using TmaLoadK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensorOf<kHeadDim>{}, SmemLayoutK{}));
+  using TmaLoadV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensorOf<kHeadDimV>{}, SmemLayoutV{}));
 
   static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
-  static constexpr uint32_t kKVTileBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kdOTileBytes = kBlockM * kHeadDimV * sizeof(Element);
+  static constexpr uint32_t kKTileBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kVTileBytes = kBlockN * kHeadDimV * sizeof(Element);
   static constexpr uint32_t kRowFloatsBytes = kBlockM * sizeof(float);  // one LSE2 or delta row block
 };
 
@@ -182,11 +229,13 @@ template <class Config>
 struct BwdKernelParams {
   BwdParams base;  // the architecture-neutral part: problem, plan tables, workspace, modes
   typename Config::TmaLoadQ tma_q;
-  typename Config::TmaLoadQ tma_do;
+  typename Config::TmaLoaddO tma_do;
   typename Config::TmaLoadK tma_k;
   typename Config::TmaLoadV tma_v;
   typename Config::GmemShape shape_q;
-  typename Config::GmemShape shape_kv;
+  typename Config::GmemShapeV shape_do;
+  typename Config::GmemShape shape_k;
+  typename Config::GmemShapeV shape_v;
 };
 
 // What the producer publishes with each segment's K/V (guarded by kv_full) ...
@@ -217,12 +266,17 @@ struct BwdSmem {
   using Element = typename Config::Element;
   static constexpr int kBlockM = Config::kBlockM;
   static constexpr int kHeadDim = Config::kHeadDim;
+  static constexpr int kDqStages = Config::kDqStages;
   // Tiles first, 1024-byte aligned (as SW128 requires; the narrower swizzles need less).
-  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutQ>, 1024> q;     // 2 stages
-  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutQ>, 1024> dout;  // 2 stages
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutQ>, 1024> q;      // kQStages
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutdO>, 1024> dout;  // kQStages
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutK>, 1024> k;
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutV>, 1024> v;
-  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutdSt>, 1024> ds;  // dS^T, kDsStages
+  // dS^T (kDsStages), then in the column split P^T (kDsStages; the key split keeps P^T in registers) in one array,
+  // so that the key split's struct is unchanged (at head dim 128 it fills the 227 KB exactly).
+  static constexpr int kDsElements = cute::cosize_v<typename Config::SmemLayoutdSt>;
+  cute::array_aligned<Element, kDsElements * (Config::kColumnSplit ? 2 : 1), 1024> ds;
+  __device__ Element* pt() { return ds.data() + kDsElements; }  // column split only
   // The store warps' staging buffers: fp32 in the DqStaging layout (bwd_dq_handoff.cuh).
   alignas(128) float dq[kDqStages][kBlockM * kHeadDim];
   alignas(128) float lse2[Config::kQStages][kBlockM];   // bulk-copy destinations: 16-byte aligned
@@ -307,16 +361,16 @@ __device__ __forceinline__ void watchdog_wait(uint64_t* bar, uint32_t parity, Wa
 template <class Config>
 __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
   using namespace cute;
-  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
   const BwdParams& p = P.base;
   const PlanScheduler plan{p};
 
   Tensor mQ = P.tma_q.get_tma_tensor(P.shape_q);
-  Tensor mdO = P.tma_do.get_tma_tensor(P.shape_q);
-  Tensor mK = P.tma_k.get_tma_tensor(P.shape_kv);
-  Tensor mV = P.tma_v.get_tma_tensor(P.shape_kv);
+  Tensor mdO = P.tma_do.get_tma_tensor(P.shape_do);
+  Tensor mK = P.tma_k.get_tma_tensor(P.shape_k);
+  Tensor mV = P.tma_v.get_tma_tensor(P.shape_v);
   Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQ{});
-  Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutdO{});
   Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutK{});
   Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Config::SmemLayoutV{});
 
@@ -351,11 +405,12 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
     const AttentionMask mask = p.mask.for_lengths(work.seqlen_q, work.seqlen_k);
     const int band_hi = mask.right_bounded() ? mask.diagonal_offset() + mask.right() : kUnboundedBand;
     const int band_lo = mask.left_bounded() ? mask.diagonal_offset() - mask.left() : -kUnboundedBand;
-    // KV tile n of this sequence (hopper/varlen.cuh: bounded at the sequence's end in a varlen pack).
+    // KV tile n of this sequence (hopper/varlen.cuh: bounded at the sequence's end in a varlen pack), all the
+    // tensor's head-dim columns.
     auto kv_tile = [&](auto const& mT, int n) {
       const BoxRows box = box_rows(varlen, b, work.k_row, n * kBlockN, work.seqlen_k);
       return local_tile(domain_offset(make_coord(box.x, _0{}), mT(_, _, head_kv, box.y, box.z)),
-                        Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
+                        make_shape(Int<kBlockN>{}, get<1>(shape(mT))), make_coord(_0{}, _0{}));
     };
 
     for (int sgi = 0; sgi < item.num_segments; ++sgi) {
@@ -381,7 +436,7 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
                                         group_modes<0, 2>(kv_tile(mK, seg.kv_tile)));
       auto [tVgV, tVsV] = tma_partition(P.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                         group_modes<0, 2>(kv_tile(mV, seg.kv_tile)));
-      mbarrier_arrive_expect_tx(&s.kv_full, 2 * Config::kKVTileBytes);
+      mbarrier_arrive_expect_tx(&s.kv_full, Config::kKTileBytes + Config::kVTileBytes);
       copy(P.tma_k.with(s.kv_full), tKgK, tKsK);
       copy(P.tma_v.with(s.kv_full), tVgV, tVsV);
       kv_phase ^= 1u;
@@ -399,11 +454,12 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
                                   index,        work.ticket,         int32_t(seg.kv_tile), accumulator,
                                   work.seqlen_k, band_lo,            band_hi};
         // Release of the record + expected bytes of the four loads (two TMA tiles, two kBlockM-float rows).
-        mbarrier_arrive_expect_tx(&s.q_full[st], 2 * Config::kQTileBytes + 2 * Config::kRowFloatsBytes);
+        mbarrier_arrive_expect_tx(&s.q_full[st],
+                                  Config::kQTileBytes + Config::kdOTileBytes + 2 * Config::kRowFloatsBytes);
         const BoxRows q_box = box_rows(varlen, b, work.q_row, vis.q_tile * kBlockM, work.seqlen_q);
         auto q_rows = [&](auto const& mT) {
           return local_tile(domain_offset(make_coord(q_box.x, _0{}), mT(_, _, head, q_box.y, q_box.z)),
-                            Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_0{}, _0{}));
+                            make_shape(Int<kBlockM>{}, get<1>(shape(mT))), make_coord(_0{}, _0{}));
         };
         auto [tQgQ, tQsQ] =
             tma_partition(P.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(q_rows(mQ)));
@@ -440,25 +496,29 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   using Element = typename Config::Element;
   using StdElement = typename Config::StdElement;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
+  constexpr int kHeadDimV = Config::kHeadDimV, kDqStages = Config::kDqStages;
   const BwdParams& p = P.base;
   const PlanScheduler plan{p};
 
   Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQ{});
-  Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutdO{});
   Tensor sQt = make_tensor(make_smem_ptr(s.q.data()), typename Config::SmemLayoutQt{});
-  Tensor sdOt = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutQt{});
+  Tensor sdOt = make_tensor(make_smem_ptr(s.dout.data()), typename Config::SmemLayoutdOt{});
   Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutK{});
   Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Config::SmemLayoutV{});
   Tensor sKt = make_tensor(make_smem_ptr(s.k.data()), typename Config::SmemLayoutKt{});
   Tensor sdS = make_tensor(make_smem_ptr(s.ds.data()), typename Config::SmemLayoutdS{});
   Tensor sdSt = make_tensor(make_smem_ptr(s.ds.data()), typename Config::SmemLayoutdSt{});
+  Tensor sPt = make_tensor(make_smem_ptr(s.pt()), typename Config::SmemLayoutdSt{});  // column split only
 
   typename Config::MmaSdP mma_sdp;
-  typename Config::MmadKV mma_dkv;
+  typename Config::MmadK mma_dk;
+  typename Config::MmadV mma_dv;
   typename Config::MmadQ mma_dq;
   // Accumulator partitions (registers, coordinates) per thread ...
   auto thr_sdp = mma_sdp.get_thread_slice(thread);
-  auto thr_dkv = mma_dkv.get_thread_slice(thread);
+  auto thr_dk = mma_dk.get_thread_slice(thread);
+  auto thr_dv = mma_dv.get_thread_slice(thread);
   auto thr_dq = mma_dq.get_thread_slice(thread);
   // ... but the shared-memory operands per warpgroup: a wgmma descriptor depends only on the warpgroup, and
   // sliced by an index the compiler can prove warp-uniform (a shuffle from lane 0) the descriptors live in
@@ -466,51 +526,64 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   // k-step's descriptor with an R2UR (ncu: ~400 R2UR per visit at head dim 128).
   const int warpgroup_first_thread = __shfl_sync(0xffffffffu, thread / 128, 0) * 128;
   auto wg_sdp = mma_sdp.get_slice(warpgroup_first_thread);
-  auto wg_dkv = mma_dkv.get_slice(warpgroup_first_thread);
+  auto wg_dk = mma_dk.get_slice(warpgroup_first_thread);
+  auto wg_dv = mma_dv.get_slice(warpgroup_first_thread);
   auto wg_dq = mma_dq.get_slice(warpgroup_first_thread);
 
   // wgmma descriptors (no data in registers).
-  Tensor tSrK = wg_sdp.partition_fragment_A(sK);      // this warpgroup's 64 keys
+  Tensor tSrK = wg_sdp.partition_fragment_A(sK);      // key split: this warpgroup's 64 keys; column split: all 64
   Tensor tSrV = wg_sdp.partition_fragment_A(sV);
-  Tensor tSrQ = wg_sdp.partition_fragment_B(sQ);      // (.., .., .., stage)
+  Tensor tSrQ = wg_sdp.partition_fragment_B(sQ);      // (.., .., .., stage); column split: this warpgroup's queries
   Tensor tSrdO = wg_sdp.partition_fragment_B(sdO);
-  Tensor tdVrdOt = wg_dkv.partition_fragment_B(sdOt);  // (.., .., .., stage)
-  Tensor tdKrQt = wg_dkv.partition_fragment_B(sQt);
+  Tensor tdVrdOt = wg_dv.partition_fragment_B(sdOt);  // (.., .., .., stage); column split: this warpgroup's columns
+  Tensor tdKrQt = wg_dk.partition_fragment_B(sQt);
   Tensor tdQrdS = wg_dq.partition_fragment_A(sdS);
   Tensor tdQrKt = wg_dq.partition_fragment_B(sKt);    // this warpgroup's kDqCols head-dim columns
 
-  // Accumulators per thread: S^T, dP^T kBlockM / 2 fp32 each; dV, dK kHeadDim / 2 fp32 each (whole segment);
-  // dQ kDqCols / 2 fp32 (D = 128: 32 + 32 + 64 + 64 + 32; D = 96: 32 + 32 + 48 + 48 + 24; D = 64: 64 + 64 + 32 +
-  // 32 + 32).
+  // Accumulators per thread: S^T, dP^T kBlockN x kBlockM / 256 fp32 each; dK, dV kBlockN x (head dim) / 256 (whole
+  // segment); dQ kDqCols / 2 (D = 128: 32 + 32 + 64 + 64 + 32; D = 96: 32 + 32 + 48 + 48 + 24; D = 64: 64 + 64 + 32 +
+  // 32 + 32; column split 192 / 128: 16 + 16 + 48 + 32 + 48, 256: 16 + 16 + 64 + 64 + 64).
   Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
   Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
-  Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
-  Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  Tensor tdKrdK = partition_fragment_C(mma_dk, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  Tensor tdVrdV = partition_fragment_C(mma_dv, Shape<Int<kBlockN>, Int<kHeadDimV>>{});
   Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-  // P^T and dS^T in Element, in the accumulator's register order, viewed as the RS A operand (16 columns
-  // of S^T = one 16-query k-step: the forward's P -> O += P V trick).
+  // P^T and dS^T in Element, in the accumulator's register order; in the key split also viewed as the RS A operand
+  // (16 columns of S^T = one 16-query k-step: the forward's P -> O += P V trick).
   Tensor tPr = make_tensor<Element>(tSrS.layout());
   Tensor tdSr = make_tensor<Element>(tSrS.layout());
   Tensor tPa = make_tensor(tPr.data(), accumulator_as_a_operand(tSrS.layout()));
   Tensor tdSa = make_tensor(tdSr.data(), accumulator_as_a_operand(tSrS.layout()));
+  // Column split: the dK / dV GEMMs' A operands are the shared P^T / dS^T tiles (.., .., .., stage).
+  Tensor tdVrPt = wg_dv.partition_fragment_A(sPt);
+  Tensor tdKrdSt = wg_dk.partition_fragment_A(sdSt);
   // (row, column) of every accumulator register in its tile.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));      // (key, query)
   // The same for thread 0 (constant-folded): every thread's coordinates are its (tScS(0)) plus these.
   Tensor tScS0 = mma_sdp.get_thread_slice(0).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
-  Tensor tdKVc = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));    // (key, dim)
-  Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));      // (query, dim)
-  // dS^T registers -> sdSt with stmatrix (the forward's O-store idiom), addresses = base + constants. The store
-  // goes through the position-independent form of the swizzled tile (the swizzle applied to 32-bit element
-  // offsets): through the pointer form, every visit recomputed the addresses as 64-bit generic pointers.
+  Tensor tdKc = thr_dk.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));   // (key, dim)
+  Tensor tdVc = thr_dv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDimV>>{}));  // (key, dim)
+  // dS^T (and P^T) registers -> shared memory with stmatrix (the forward's O-store idiom), addresses = base +
+  // constants. The store goes through the position-independent form of the swizzled tile (the swizzle applied to
+  // 32-bit element offsets): through the pointer form, every visit recomputed the addresses as 64-bit generic
+  // pointers.
   auto ds_store = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Config::MmaSdP{});
   auto thr_ds_store = ds_store.get_thread_slice(thread);
   Tensor tdSsdS = thr_ds_store.partition_D(as_position_independent_swizzle_tensor(sdSt));
+  Tensor tPsPt = thr_ds_store.partition_D(as_position_independent_swizzle_tensor(sPt));
   Tensor tdSr_store = thr_ds_store.retile_S(tdSr);
+  Tensor tPr_store = thr_ds_store.retile_S(tPr);
 
   PipelineState<Config::kQStages> q_state;
   uint32_t kv_phase = 0;
   int dq_stage = 0;
   uint32_t dq_phase = 0;  // parity of the staging buffer's current use (flips when dq_stage wraps)
+  auto next_dq_stage = [&] {
+    if (++dq_stage == kDqStages) {
+      dq_stage = 0;
+      dq_phase ^= 1u;
+    }
+  };
 
   for (;;) {
     // WAIT (segment): the producer's arrive released the record, the TMA completed K and V. The producer's
@@ -531,7 +604,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       watchdog_wait(&s.q_full[st], q_state.phase, kSiteQFull);
       const VisitRecord vis = s.visit[st];
 
-      // S^T = K_w Q^T and dP^T = V_w dO^T, one commit group each.
+      // S^T = K Q^T and dP^T = V dO^T (this warpgroup's keys, or queries), one commit group each.
       warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), tSrS);
       warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), tSrdP);
 
@@ -571,44 +644,76 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       }
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) tPr(i) = Element(tSrS(i));
-      // dV_w += P^T dO (A = P^T from registers): it runs while dS^T is computed and stored, or (kDvAfterDs)
-      // only while dS^T is stored.
-      if constexpr (!Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dkv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
-
-      // WAIT (wgmma): groups complete in commit order, so at most one pending (dV, if issued) means dP^T is
-      // complete.
-      warpgroup_wait<Config::kDvAfterDs ? 0 : 1>();
-      warpgroup_fence_operand(tSrdP);
-      CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) {
-        tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_row[get<1>(tScS0(i))]));
-      }
-      if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dkv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
-
-      // BARRIER (dS free), with one dS^T buffer: the other warpgroup's dQ GEMM of the previous visit read sdS;
-      // it completed (warpgroup_wait<0> below) before that warpgroup reached this barrier. With two buffers
-      // (Config::kDsStages) this visit's buffer was last read by visit v - 2's dQ GEMMs, complete before either
-      // warpgroup passed visit v - 1's "dS ready" barrier below, so no barrier is needed. tdSr is not yet an
-      // operand of any wgmma here: PTX makes even reading the A registers of an in-flight wgmma undefined, which
-      // is why dK += dS^T Q is issued only after this store.
       const int ds_stage = Config::kDsStages == 1 ? 0 : st;
-      if constexpr (Config::kDsStages == 1) mma_barrier(kBarDsFree);
-      copy(ds_store, tdSr_store, tdSsdS(_, _, _, ds_stage));
-      // Generic-proxy writes read by wgmma (async proxy): each writer fences, then the barrier makes all
-      // 128 x kBlockM values (both warpgroups' halves) visible before either warpgroup issues dQ.
-      cutlass::arch::fence_view_async_shared();
-      mma_barrier(kBarDsReady);
 
-      // dQ[:, 64w..] = dS K[:, 64w..] (both from smem) first, then dK_w += dS^T Q (A = dS^T from registers):
-      // the dQ partial is handed to the store warps while the dK GEMM still runs, which hides the staging copy
-      // and gives the ordered add of a deterministic run a head start on the next visit.
-      Tensor tdQrdS_stage = tdQrdS(_, _, _, ds_stage);
-      warpgroup_gemm<true, false>(mma_dq, tdQrdS_stage, tdQrKt, tdQrdQ);
-      warpgroup_gemm<false, true>(mma_dkv, tdSa, tdKrQt(_, _, _, st), tdKrdK);
-      // WAIT (wgmma): groups complete in commit order (dV, dQ, dK), so at most one pending means dV and dQ are
-      // complete. Only the dK GEMM (accumulator tdKrdK, A registers tdSr) is in flight below: its registers
-      // are not touched until the warpgroup_wait<0> after the hand-off.
-      warpgroup_wait<1>();
+      if constexpr (!Config::kColumnSplit) {
+        // dV_w += P^T dO (A = P^T from registers): it runs while dS^T is computed and stored, or (kDvAfterDs)
+        // only while dS^T is stored.
+        if constexpr (!Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
+
+        // WAIT (wgmma): groups complete in commit order, so at most one pending (dV, if issued) means dP^T is
+        // complete.
+        warpgroup_wait<Config::kDvAfterDs ? 0 : 1>();
+        warpgroup_fence_operand(tSrdP);
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) {
+          tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_row[get<1>(tScS0(i))]));
+        }
+        if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
+
+        // BARRIER (dS free), with one dS^T buffer: the other warpgroup's dQ GEMM of the previous visit read sdS;
+        // it completed (warpgroup_wait<0> below) before that warpgroup reached this barrier. With two buffers
+        // (Config::kDsStages) this visit's buffer was last read by visit v - 2's dQ GEMMs, complete before either
+        // warpgroup passed visit v - 1's "dS ready" barrier below, so no barrier is needed. tdSr is not yet an
+        // operand of any wgmma here: PTX makes even reading the A registers of an in-flight wgmma undefined, which
+        // is why dK += dS^T Q is issued only after this store.
+        if constexpr (Config::kDsStages == 1) mma_barrier(kBarDsFree);
+        copy(ds_store, tdSr_store, tdSsdS(_, _, _, ds_stage));
+        // Generic-proxy writes read by wgmma (async proxy): each writer fences, then the barrier makes all
+        // 128 x kBlockM values (both warpgroups' halves) visible before either warpgroup issues dQ.
+        cutlass::arch::fence_view_async_shared();
+        mma_barrier(kBarDsReady);
+
+        // dQ[:, 64w..] = dS K[:, 64w..] (both from smem) first, then dK_w += dS^T Q (A = dS^T from registers):
+        // the dQ partial is handed to the store warps while the dK GEMM still runs, which hides the staging copy
+        // and gives the ordered add of a deterministic run a head start on the next visit.
+        Tensor tdQrdS_stage = tdQrdS(_, _, _, ds_stage);
+        warpgroup_gemm<true, false>(mma_dq, tdQrdS_stage, tdQrKt, tdQrdQ);
+        warpgroup_gemm<false, true>(mma_dk, tdSa, tdKrQt(_, _, _, st), tdKrdK);
+        // WAIT (wgmma): groups complete in commit order (dV, dQ, dK), so at most one pending means dV and dQ are
+        // complete. Only the dK GEMM (accumulator tdKrdK, A registers tdSr) is in flight below: its registers
+        // are not touched until the warpgroup_wait<0> after the hand-off.
+        warpgroup_wait<1>();
+      } else {
+        // WAIT (wgmma): dP^T complete.
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrdP);
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) {
+          tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_row[get<1>(tScS0(i))]));
+        }
+        // BARRIER (P / dS free), with one buffer each: the other warpgroup's GEMMs of the previous visit read sPt
+        // and sdS; they completed (warpgroup_wait<0> below) before that warpgroup reached this barrier. With two
+        // buffers, as in the key split (no barrier).
+        if constexpr (Config::kDsStages == 1) mma_barrier(kBarDsFree);
+        copy(ds_store, tPr_store, tPsPt(_, _, _, ds_stage));
+        copy(ds_store, tdSr_store, tdSsdS(_, _, _, ds_stage));
+        // Each warpgroup wrote its 32 queries of P^T and dS^T; every GEMM below reads all 64. Each writer fences its
+        // generic-proxy writes for the async proxy (wgmma), then the barrier makes both halves visible.
+        cutlass::arch::fence_view_async_shared();
+        mma_barrier(kBarDsReady);
+
+        // dQ[:, cols_w] = dS K[:, cols_w] first (handed to the store warp while the others run), then dV_w += P^T
+        // dO[:, cols_w] and dK_w += dS^T Q[:, cols_w], all from shared memory.
+        Tensor tdQrdS_stage = tdQrdS(_, _, _, ds_stage);
+        Tensor tdVrPt_stage = tdVrPt(_, _, _, ds_stage);
+        Tensor tdKrdSt_stage = tdKrdSt(_, _, _, ds_stage);
+        warpgroup_gemm<true, false>(mma_dq, tdQrdS_stage, tdQrKt, tdQrdQ);
+        warpgroup_gemm<false, false>(mma_dv, tdVrPt_stage, tdVrdOt(_, _, _, st), tdVrdV);
+        warpgroup_gemm<false, false>(mma_dk, tdKrdSt_stage, tdKrQt(_, _, _, st), tdKrdK);
+        // WAIT (wgmma): groups complete in commit order (dQ, dV, dK): at most two pending means dQ is complete.
+        warpgroup_wait<2>();
+      }
       warpgroup_fence_operand(tdQrdQ);  // keep the reads of dQ below the wait
 
       // Hand the dQ partial to the store warp of this staging buffer (bwd_dq_handoff.cuh). WAIT
@@ -641,12 +746,12 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       // generic writes for that proxy, then its arrival releases them (and thread 0's record).
       fence_proxy_async_shared();
       mbarrier_arrive(&s.dq_full[dq_stage]);
-      dq_stage ^= 1;
-      dq_phase ^= (dq_stage == 0);
+      next_dq_stage();
 
-      // All GEMMs of this visit complete: Q/dO of the stage, sdS and the RS operands are free.
+      // All GEMMs of this visit complete: Q/dO of the stage, sdS (and sPt) and the RS operands are free.
       warpgroup_wait<0>();
       warpgroup_fence_operand(tdKrdK);
+      if constexpr (Config::kColumnSplit) warpgroup_fence_operand(tdVrdV);
       // RELEASE (Q stage) to the producer: every MMA thread arrives after its own last read of the stage (the
       // GEMMs: the wait above; the record, LSE2 and delta: before it). One arrival per thread, not per warp: a
       // lane's reads are then ordered before the producer's next write by that lane's own release, which is
@@ -667,20 +772,30 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
     CUTE_UNROLL
     for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= p.softmax_scale;
     if (!seg_split_dkv) {
-      // This CTA holds the complete dK/dV of the tile: store them (keys past seqlen_k dropped).
-      CUTE_UNROLL
-      for (int i = 0; i < size(tdKrdK); i += 2) {
-        const int key = seg_kv_tile * kBlockN + get<0>(tdKVc(i));
-        const int col = get<1>(tdKVc(i));
-        if (key < seg_seqlen_k) {
-          StdElement* dk_row = static_cast<StdElement*>(p.dk.data) + seg_b * p.dk.batch_stride +
-                               int64_t(seg_k_row + key) * p.dk.seq_stride + seg_head_kv * p.dk.head_stride;
-          StdElement* dv_row = static_cast<StdElement*>(p.dv.data) + seg_b * p.dv.batch_stride +
-                               int64_t(seg_k_row + key) * p.dv.seq_stride + seg_head_kv * p.dv.head_stride;
-          *reinterpret_cast<uint32_t*>(dk_row + col) = pack_pair<StdElement>(tdKrdK(i), tdKrdK(i + 1));
-          *reinterpret_cast<uint32_t*>(dv_row + col) = pack_pair<StdElement>(tdVrdV(i), tdVrdV(i + 1));
+      // This CTA holds the complete dK/dV of the tile: store them (keys past seqlen_k dropped). Registers 2j and
+      // 2j + 1 are adjacent columns of one row (BwdKernel.LayoutCheck). Where dK and dV have one layout (the key
+      // split), one loop stores both, with one key test per pair.
+      auto row_of = [&](dash_tensor const& t, int key) {
+        return static_cast<StdElement*>(t.data) + seg_b * t.batch_stride + int64_t(seg_k_row + key) * t.seq_stride +
+               seg_head_kv * t.head_stride;
+      };
+      constexpr bool kOneLayout = kHeadDim == kHeadDimV && !Config::kColumnSplit;
+      auto store_rows = [&](dash_tensor const& t, auto const& acc, auto const& coords) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc); i += 2) {
+          const int key = seg_kv_tile * kBlockN + get<0>(coords(i));
+          if (key < seg_seqlen_k) {
+            *reinterpret_cast<uint32_t*>(row_of(t, key) + get<1>(coords(i))) =
+                pack_pair<StdElement>(acc(i), acc(i + 1));
+            if constexpr (kOneLayout) {
+              *reinterpret_cast<uint32_t*>(row_of(p.dv, key) + get<1>(coords(i))) =
+                  pack_pair<StdElement>(tdVrdV(i), tdVrdV(i + 1));
+            }
+          }
         }
-      }
+      };
+      store_rows(p.dk, tdKrdK, tdKc);
+      if constexpr (!kOneLayout) store_rows(p.dv, tdVrdV, tdVc);
     } else {
       // Split-head GQA: add this query head's share into the fp32 accumulators in group_head_by_rank order.
       int32_t* turn = plan.dkv_turn(seg_b, seg_head_kv, seg_kv_tile_begin + seg_kv_tile);
@@ -693,13 +808,14 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       }
       const int64_t base_row = (int64_t(seg_b) * p.heads_kv + seg_head_kv) * (int64_t(p.num_kv_tiles) * kBlockN) +
                                int64_t(seg_kv_tile_begin + seg_kv_tile) * kBlockN;
-      CUTE_UNROLL
-      for (int i = 0; i < size(tdKrdK); i += 2) {
-        const int64_t row = base_row + get<0>(tdKVc(i));
-        const int col = get<1>(tdKVc(i));
-        red_add_v2(p.dk_accum + row * kHeadDim + col, tdKrdK(i), tdKrdK(i + 1));
-        red_add_v2(p.dv_accum + row * kHeadDim + col, tdVrdV(i), tdVrdV(i + 1));
-      }
+      auto add_rows = [&](float* accum, int cols, auto const& acc, auto const& coords) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc); i += 2) {
+          red_add_v2(accum + (base_row + get<0>(coords(i))) * cols + get<1>(coords(i)), acc(i), acc(i + 1));
+        }
+      };
+      add_rows(p.dk_accum, kHeadDim, tdKrdK, tdKc);
+      add_rows(p.dv_accum, kHeadDimV, tdVrdV, tdVc);
       if (p.deterministic) {
         // PUBLISH (dK/dV group order). Each thread fences its adds (fence.acq_rel.gpu), the MMA barrier
         // orders all 256 threads' fences before thread 0's release, and release is cumulative: the next
@@ -723,8 +839,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
     watchdog_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
     if (thread == 0) s.handoff[dq_stage].accumulator = -1;
     mbarrier_arrive(&s.dq_full[dq_stage]);
-    dq_stage ^= 1;
-    dq_phase ^= (dq_stage == 0);
+    next_dq_stage();
   }
 }
 
@@ -748,7 +863,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       mbarrier_init(&s.q_full[i], 1);
       mbarrier_init(&s.q_empty[i], Config::kMmaThreads);
     }
-    for (int i = 0; i < kDqStages; ++i) {
+    for (int i = 0; i < Config::kDqStages; ++i) {
       mbarrier_init(&s.dq_full[i], Config::kMmaThreads);  // every MMA thread
       mbarrier_init(&s.dq_empty[i], 32);                  // every lane of its store warp
     }
@@ -768,7 +883,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         produce(P, s);
       }
     } else if (warp <= Config::kStoreWarps) {
-      store_warp_loop<Config::kHeadDim, BwdSmem<Config>>(P.base, s, warp - 1);
+      store_warp_loop<Config::kBlockM, Config::kHeadDim, BwdSmem<Config>>(P.base, s, warp - 1);
     }
     // Warp 3 exits; warp 0's other lanes exit (nothing after this waits for them).
   } else {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// hopper/bwd/bwd_launch.cuh — host side of the Hopper backward for one (head dim, dtype): TMA descriptors over the
+// hopper/bwd/bwd_launch.cuh — host side of the Hopper backward for one (head dims, dtype): TMA descriptors over the
 // caller's strided Q / dO / K / V, then preprocess, the plan-executing main kernel and convert, on the caller's
 // stream. Included only by the generated instantiation files
 // (src/cuda/CMakeLists.txt). Validation and the zeroing of the workspace live in src/cuda/bwd/.
@@ -18,33 +18,36 @@
 
 namespace dash::hopper::bwd {
 
-template <int kHeadDim, dash_dtype kDtype>
+template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
 dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int device, cudaStream_t stream,
                 std::string& error) {
   using namespace cute;
-  using Config = BwdConfig<kHeadDim, kDtype>;
+  using Config = BwdConfig<kHeadDim, kHeadDimV, kDtype>;
   using StdElement = typename Config::StdElement;
   constexpr int kBlockM = Config::kBlockM;
 
   // TMA descriptors over the caller's strided Q / dO / K / V.
   // Varlen: ragged views of the packed tensors (hopper/varlen.cuh).
   const bool varlen = params.sequences != nullptr;
-  auto rows_of = [&](dash_tensor const& t, int seqlen, int heads) {
-    return varlen ? tma::make_ragged_gmem_tensor<typename Config::Element, Config::kHeadDim>(t, heads)
-                  : tma::make_gmem_tensor<typename Config::Element, Config::kHeadDim>(t, seqlen, heads, params.batch);
+  auto rows_of = [&](dash_tensor const& t, int seqlen, int heads, auto cols) {
+    constexpr int kCols = decltype(cols)::value;
+    return varlen ? tma::make_ragged_gmem_tensor<typename Config::Element, kCols>(t, heads)
+                  : tma::make_gmem_tensor<typename Config::Element, kCols>(t, seqlen, heads, params.batch);
   };
-  auto gQ = rows_of(params.q, params.mask.seqlen_q, params.heads_q);
-  auto gdO = rows_of(params.dout, params.mask.seqlen_q, params.heads_q);
-  auto gK = rows_of(params.k, params.mask.seqlen_k, params.heads_kv);
-  auto gV = rows_of(params.v, params.mask.seqlen_k, params.heads_kv);
+  auto gQ = rows_of(params.q, params.mask.seqlen_q, params.heads_q, Int<kHeadDim>{});
+  auto gdO = rows_of(params.dout, params.mask.seqlen_q, params.heads_q, Int<kHeadDimV>{});
+  auto gK = rows_of(params.k, params.mask.seqlen_k, params.heads_kv, Int<kHeadDim>{});
+  auto gV = rows_of(params.v, params.mask.seqlen_k, params.heads_kv, Int<kHeadDimV>{});
   BwdKernelParams<Config> kernel_params{
       params,
       make_tma_copy(SM90_TMA_LOAD{}, gQ, typename Config::SmemLayoutQStage{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gdO, typename Config::SmemLayoutQStage{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gdO, typename Config::SmemLayoutdOStage{}),
       make_tma_copy(SM90_TMA_LOAD{}, gK, typename Config::SmemLayoutK{}),
       make_tma_copy(SM90_TMA_LOAD{}, gV, typename Config::SmemLayoutV{}),
       gQ.shape(),
+      gdO.shape(),
       gK.shape(),
+      gV.shape(),
   };
   if (dash_status s = tma::check_descriptors({{"q", kernel_params.tma_q.get_tma_descriptor()},
                                               {"dout", kernel_params.tma_do.get_tma_descriptor()},
@@ -60,7 +63,9 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
   {
     const dim3 grid(unsigned((params.num_q_tiles * kBlockM + kRowsPerBlock - 1) / kRowsPerBlock),
                     unsigned(params.batch * params.heads_q));
-    if (grid.x > 0) bwd_preprocess<kHeadDim, StdElement><<<grid, 256, 0, stream>>>(params);  // 0: no query rows
+    if (grid.x > 0) {  // 0: no query rows
+      bwd_preprocess<kBlockM, kHeadDim, kHeadDimV, StdElement><<<grid, 256, 0, stream>>>(params);
+    }
     if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
       return cuda_fail(error, "launch of bwd_preprocess", status);
     }
@@ -89,7 +94,9 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
     const int rows = rows_q > rows_k ? rows_q : rows_k;
     const dim3 grid(unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(params.batch * params.heads_q),
                     (params.split_dkv || varlen) ? 2u : 1u);
-    if (grid.x > 0) bwd_convert<kHeadDim, StdElement><<<grid, 256, 0, stream>>>(params);
+    if (grid.x > 0) {
+      bwd_convert<kBlockM, Config::kBlockN, kHeadDim, kHeadDimV, StdElement><<<grid, 256, 0, stream>>>(params);
+    }
     if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
       return cuda_fail(error, "launch of bwd_convert", status);
     }
@@ -99,7 +106,7 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
 
 }  // namespace dash::hopper::bwd
 
-// One (head dim, dtype) of the backward: what each generated instantiation file expands.
-#define DASH_INSTANTIATE_HOPPER_BWD(HDIM, DTYPE)                                                                   \
-  template dash_status dash::hopper::bwd::run<HDIM, DTYPE>(dash::kernels::bwd::BwdParams const&, int32_t, int, \
-                                                           cudaStream_t, std::string&);
+// One (head dims, dtype) of the backward: what each generated instantiation file expands.
+#define DASH_INSTANTIATE_HOPPER_BWD(HDIM, HDIM_V, DTYPE)                                                         \
+  template dash_status dash::hopper::bwd::run<HDIM, HDIM_V, DTYPE>(dash::kernels::bwd::BwdParams const&, int32_t, \
+                                                                   int, cudaStream_t, std::string&);

@@ -16,12 +16,12 @@
 
 namespace dash::hopper::bwd {
 
-using kernels::bwd::BwdTiles;
-
 // Both kernels give each thread 8 consecutive head-dim elements of one row (16-byte loads and stores of the 2-byte
 // tensors) and 256 threads to a block; blockIdx.y is the (batch, head) pair. A row takes kThreadsPerRow
 // consecutive lanes, kHeadDim / 8 rounded up to a power of two so that rows stay aligned within warps for the
-// shuffles: at D = 96, 12 of a row's 16 lanes hold elements (`active`), the other 4 only take part in them.
+// shuffles: at D = 96, 12 of a row's 16 lanes hold elements (`active`), the other 4 only take part in them. Rows are
+// sliced by the qk head dim (the wider one: the kernel table's value head dims are at most it); the tensors of the
+// value head dim (o, dout, dv) use the slices that start below it.
 template <int kHeadDim>
 struct RowSlices {
   static constexpr int kSlices = kHeadDim / 8;
@@ -60,9 +60,9 @@ __device__ __forceinline__ SequenceRow sequence_row(const int32_t* tile_sequence
 // dQ accumulators start from (the main kernel's adds are unordered there; deterministic mode stores each
 // accumulator's first partial instead).
 
-template <int kHeadDim, class Element>
+template <int kBlockM, int kHeadDim, int kHeadDimV, class Element>
 __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
-  constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;
+  static_assert(kHeadDimV <= kHeadDim, "rows are sliced by the wider head dim");
   constexpr int kThreadsPerRow = RowSlices<kHeadDim>::kThreadsPerRow;
   const RowSlices<kHeadDim> slice;
   const int padded_rows = p.num_q_tiles * kBlockM;
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
                                            slice.first);
   };
   float sum = 0.f;
-  if (slice.active) {
+  if (slice.first < kHeadDimV) {
     const uint4 o_bits = row_slice(p.o), dout_bits = row_slice(p.dout);
     const Element* o = reinterpret_cast<const Element*>(&o_bits);
     const Element* dout = reinterpret_cast<const Element*>(&dout_bits);
@@ -118,11 +118,11 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
 // Convert: dq_accum -> dQ (times softmax_scale; zero for Q tiles no visit contributes to) for blockIdx.z == 0, and
 // for split-head GQA dk/dv_accum -> dK/dV for blockIdx.z == 1 (blockIdx.y the (batch, KV head) pair there).
 
-template <int kHeadDim, class Element>
+template <int kBlockM, int kBlockN, int kHeadDim, int kHeadDimV, class Element>
 __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
-  constexpr int kBlockM = BwdTiles<kHeadDim>::kBlockM;
-  constexpr int kBlockN = BwdTiles<kHeadDim>::kBlockN;
+  static_assert(kHeadDimV <= kHeadDim, "rows are sliced by the wider head dim");
   const RowSlices<kHeadDim> slice;
+  const bool has_v = slice.first < kHeadDimV;  // the slice has elements of dv too
   if (!slice.active) return;  // no shuffles below
   const int bh = blockIdx.y;
   SequenceRow at{};  // the output row: (first + local) of batch entry b
@@ -179,17 +179,19 @@ __global__ void __launch_bounds__(256) bwd_convert(BwdParams p) {
       if (at.seq->template_index < 0) {
         const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
         store(p.dk, b, hk, zero, zero, 1.f);
-        store(p.dv, b, hk, zero, zero, 1.f);
+        if (has_v) store(p.dv, b, hk, zero, zero, 1.f);
         return;
       }
       if (!p.templates[at.seq->template_index].split_dkv) return;
     }
-    const int64_t src = (int64_t(bh) * (int64_t(p.num_kv_tiles) * kBlockN) + slice.row) * kHeadDim + slice.first;
+    const int64_t row = int64_t(bh) * (int64_t(p.num_kv_tiles) * kBlockN) + slice.row;
     // Already times softmax_scale.
-    store(p.dk, b, hk, *reinterpret_cast<const float4*>(p.dk_accum + src),
-          *reinterpret_cast<const float4*>(p.dk_accum + src + 4), 1.f);
-    store(p.dv, b, hk, *reinterpret_cast<const float4*>(p.dv_accum + src),
-          *reinterpret_cast<const float4*>(p.dv_accum + src + 4), 1.f);
+    const float* dk = p.dk_accum + row * kHeadDim + slice.first;
+    store(p.dk, b, hk, *reinterpret_cast<const float4*>(dk), *reinterpret_cast<const float4*>(dk + 4), 1.f);
+    if (has_v) {
+      const float* dv = p.dv_accum + row * kHeadDimV + slice.first;
+      store(p.dv, b, hk, *reinterpret_cast<const float4*>(dv), *reinterpret_cast<const float4*>(dv + 4), 1.f);
+    }
   }
 }
 
