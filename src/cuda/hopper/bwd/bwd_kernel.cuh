@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // hopper/bwd/bwd_kernel.cuh — the plan-executing attention backward main kernel for Hopper: TMA loads, wgmma,
-// warp-specialised (tiles kBlockM x 128 from dash/kernel_table.hpp: 128 x 128 at head dim 64, 64 x 128 at 96 and
-// 128).
+// warp-specialised (tiles from dash/kernel_table.hpp: 128 x 128 at head dim 64, 64 x 128 at 96 and 128, 64 x 64 at
+// 192 / 128 and 256).
 // Design, shared-memory and register budgets, measurements: docs/design.md, docs/history/kernel-notes-bwd-wgmma.md.
 //
 // The plan's orders reach the kernel through PlanScheduler (bwd_plan_scheduler.cuh); the dQ partials leave it
@@ -11,7 +11,7 @@
 //     the plan's item / segment / visit records, TMA-loads K and V per segment (one buffer) and Q, dO (TMA)
 //     plus LSE2, delta (bulk copies) per visit into a 2-stage ring, and publishes each segment's and visit's
 //     record in shared memory next to the data. Warps 1 and 2 = the STORE warps (store_warp_loop), one per
-//     dQ staging buffer. Warp 3 exits.
+//     dQ staging buffer (warp 1 alone in the column split). The others exit.
 //   warpgroups 1-2 (240 registers) = MMA warpgroups; warpgroup w owns keys [64w, 64w + 64) of the KV tile
 //   (M = 64 keys, N = kBlockM queries, D = head dim):
 //     S^T = K_w Q^T, dP^T = V_w dO^T               (wgmma SS, 64 x M x D, fp32 in registers)
@@ -22,6 +22,11 @@
 //                                                    kBlockM = 64 (64 x D/2 each) and by query rows at
 //                                                    D = 64 (64 x 64 each); fp32 -> the store warp's
 //                                                    staging buffer.
+//   That is the KEY SPLIT (128-key tiles). In the COLUMN SPLIT (64 x 64 tiles: 192 / 128, 256; BwdConfig::
+//   kColumnSplit) both warpgroups take the same 64 keys: warpgroup w computes S^T / dP^T for queries [32w, 32w + 32),
+//   writes its halves of P^T and dS^T to shared memory, and after the "dS ready" barrier computes its half of the
+//   head-dim columns of dQ, dV and dK (wgmma SS, A = dS / P^T / dS^T from shared memory). One staging buffer and one
+//   store warp there (shared memory).
 //   dK / dV stay in registers for the whole segment and are written at its end (or added in group order for
 //   split-head GQA).
 #pragma once
@@ -81,8 +86,16 @@ struct BwdConfig {
   // Shared memory decides the ring depths of the column split (227 KB): at 192 / 128 two Q / dO stages fit with
   // one dQ staging buffer (48 KB of fp32; two would pass the limit), at 256 one stage and one buffer (Q, dO, K, V
   // are 32 KB each, the staging buffer 64 KB), so there each visit's Q / dO load waits for the previous visit.
-  static constexpr int kQStages = kColumnSplit && kHeadDim > 192 ? 1 : 2;  // Q / dO / LSE2 / delta ring depth
-  static constexpr int kDqStages = kColumnSplit ? 1 : 2;  // dQ staging buffers, one store warp each
+#ifndef DASH_BWD_CS_ONE_Q_STAGE
+#define DASH_BWD_CS_ONE_Q_STAGE 0  // experiment: 192 / 128 with one Q / dO stage and two dQ staging buffers
+#endif
+  static constexpr bool kOneQTwoDq = kColumnSplit && kHeadDim <= 192 && DASH_BWD_CS_ONE_Q_STAGE;
+  static constexpr int kQStages = kColumnSplit && (kHeadDim > 192 || kOneQTwoDq) ? 1 : 2;  // Q / dO ring depth
+  static constexpr int kDqStages = kColumnSplit && !kOneQTwoDq ? 1 : 2;  // dQ staging buffers, one store warp each
+#ifndef DASH_BWD_CS_EARLY_DV
+#define DASH_BWD_CS_EARLY_DV 0  // experiment: column split, dV issued after a P^T barrier, under the dS^T math
+#endif
+  static constexpr bool kEarlyDv = kColumnSplit && DASH_BWD_CS_EARLY_DV;
   // Issue dV += P^T dO after dS^T is computed instead of before (key split). At kBlockM = 128 the dS^T loop holds S^T
   // and dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
   // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled; 16%
@@ -310,6 +323,7 @@ enum MmaNamedBarrier : uint32_t {
   kBarMma = 1,      // generic: all MMA threads (split-GQA release, item done)
   kBarDsFree = 2,   // (one dS^T buffer only) both warpgroups' previous dQ GEMMs (which read sdS) are complete
   kBarDsReady = 3,  // both warpgroups' dS^T halves are written and fenced for the async proxy
+  kBarPReady = 4,   // (column split, experiment) both warpgroups' P^T halves are written and fenced
 };
 __device__ __forceinline__ void mma_barrier(uint32_t id) {
   __syncwarp();  // bar.sync is .aligned: reconverge first (callers may come out of a divergent branch)
@@ -685,8 +699,20 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // are not touched until the warpgroup_wait<0> after the hand-off.
         warpgroup_wait<1>();
       } else {
-        // WAIT (wgmma): dP^T complete.
-        warpgroup_wait<0>();
+        Tensor tdVrPt_stage = tdVrPt(_, _, _, ds_stage);
+        if constexpr (Config::kEarlyDv) {
+          // (experiment) P^T first, its own barrier, then dV under the dS^T math.
+          if constexpr (Config::kDsStages == 1) mma_barrier(kBarDsFree);
+          copy(ds_store, tPr_store, tPsPt(_, _, _, ds_stage));
+          cutlass::arch::fence_view_async_shared();
+          mma_barrier(kBarPReady);
+          warpgroup_gemm<false, false>(mma_dv, tdVrPt_stage, tdVrdOt(_, _, _, st), tdVrdV);
+          // WAIT (wgmma): groups S^T, dP^T, dV in commit order: at most one pending means dP^T is complete.
+          warpgroup_wait<1>();
+        } else {
+          // WAIT (wgmma): dP^T complete.
+          warpgroup_wait<0>();
+        }
         warpgroup_fence_operand(tSrdP);
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
@@ -695,8 +721,10 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // BARRIER (P / dS free), with one buffer each: the other warpgroup's GEMMs of the previous visit read sPt
         // and sdS; they completed (warpgroup_wait<0> below) before that warpgroup reached this barrier. With two
         // buffers, as in the key split (no barrier).
-        if constexpr (Config::kDsStages == 1) mma_barrier(kBarDsFree);
-        copy(ds_store, tPr_store, tPsPt(_, _, _, ds_stage));
+        if constexpr (!Config::kEarlyDv) {
+          if constexpr (Config::kDsStages == 1) mma_barrier(kBarDsFree);
+          copy(ds_store, tPr_store, tPsPt(_, _, _, ds_stage));
+        }
         copy(ds_store, tdSr_store, tdSsdS(_, _, _, ds_stage));
         // Each warpgroup wrote its 32 queries of P^T and dS^T; every GEMM below reads all 64. Each writer fences its
         // generic-proxy writes for the async proxy (wgmma), then the barrier makes both halves visible.
@@ -706,13 +734,13 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // dQ[:, cols_w] = dS K[:, cols_w] first (handed to the store warp while the others run), then dV_w += P^T
         // dO[:, cols_w] and dK_w += dS^T Q[:, cols_w], all from shared memory.
         Tensor tdQrdS_stage = tdQrdS(_, _, _, ds_stage);
-        Tensor tdVrPt_stage = tdVrPt(_, _, _, ds_stage);
         Tensor tdKrdSt_stage = tdKrdSt(_, _, _, ds_stage);
         warpgroup_gemm<true, false>(mma_dq, tdQrdS_stage, tdQrKt, tdQrdQ);
-        warpgroup_gemm<false, false>(mma_dv, tdVrPt_stage, tdVrdOt(_, _, _, st), tdVrdV);
+        if constexpr (!Config::kEarlyDv) warpgroup_gemm<false, false>(mma_dv, tdVrPt_stage, tdVrdOt(_, _, _, st), tdVrdV);
         warpgroup_gemm<false, false>(mma_dk, tdKrdSt_stage, tdKrQt(_, _, _, st), tdKrdK);
-        // WAIT (wgmma): groups complete in commit order (dQ, dV, dK): at most two pending means dQ is complete.
-        warpgroup_wait<2>();
+        // WAIT (wgmma): groups complete in commit order (dQ, dV, dK; or dV, dQ, dK): dQ is complete once at most one
+        // (early dV) or two groups are pending.
+        warpgroup_wait<Config::kEarlyDv ? 1 : 2>();
       }
       warpgroup_fence_operand(tdQrdQ);  // keep the reads of dQ below the wait
 
