@@ -231,15 +231,16 @@ def grads_of(fn, q, k, v, dout):
 @pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device or no CUDA kernels: the CUDA head-dim tests are skipped")
 @pytest.mark.parametrize("pair", NEW_ROWS, ids=row_id)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_cuda_rows_run_both_passes_against_float64(pair, causal):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_cuda_rows_run_both_passes_against_float64(pair, causal, dtype):
     d, dv = pair
-    q, k, v, dout = tensors(2, 300, 257, 4, 2, d, dv, device="cuda", dtype=torch.bfloat16, seed=7)
+    q, k, v, dout = tensors(2, 300, 257, 4, 2, d, dv, device="cuda", dtype=dtype, seed=7)
     scale = d ** -0.5
     for deterministic in (True, False):
         fn = lambda q, k, v: dash_attn.attention(q, k, v, causal=causal, deterministic=deterministic)
         ours = grads_of(fn, q, k, v, dout)
         assert ours[0].shape == (2, 300, 4, dv) and ours[3].shape == v.shape
-        ref.check_against_reference(ours, q, k, v, dout, causal, scale, torch.bfloat16,
+        ref.check_against_reference(ours, q, k, v, dout, causal, scale, dtype,
                                     label=f"{row_id(pair)} {'det' if deterministic else 'nondet'}")
         if deterministic:
             again = grads_of(fn, q, k, v, dout)
@@ -255,4 +256,4 @@ def test_cuda_rows_run_both_passes_against_float64(pair, causal):
         rows_q, rows_k = slice(300 * i, 300 * (i + 1)), slice(257 * i, 257 * (i + 1))
         mine = [t[rows].unsqueeze(0) for t, rows in zip(packed, (rows_q, rows_q, rows_k, rows_k))]
         ref.check_against_reference(mine, q[i:i + 1], k[i:i + 1], v[i:i + 1], dout[i:i + 1], causal, scale,
-                                    torch.bfloat16, label=f"{row_id(pair)} varlen sequence {i}")
+                                    dtype, label=f"{row_id(pair)} varlen sequence {i}")

@@ -101,14 +101,7 @@ __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int
       bulk_commit_group();
       // The staging buffer may be refilled once the bulk operation has read it (.read: its global writes may
       // still be in flight; they are awaited below before the release).
-#ifndef DASH_BWD_NONDET_DRAIN
-#define DASH_BWD_NONDET_DRAIN 0  // experiment: every mode waits for the add's completion before the release
-#endif
-      if (DASH_BWD_NONDET_DRAIN) {
-        bulk_wait_group_all();
-      } else {
-        bulk_wait_group_read_all();
-      }
+      bulk_wait_group_read_all();
     }
     // Lane 0's wait above happens before every lane's arrival (warp barrier); the MMA threads acquire the
     // arrivals before they overwrite the buffer.

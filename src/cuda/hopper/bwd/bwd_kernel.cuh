@@ -86,16 +86,10 @@ struct BwdConfig {
   // Shared memory decides the ring depths of the column split (227 KB): at 192 / 128 two Q / dO stages fit with
   // one dQ staging buffer (48 KB of fp32; two would pass the limit), at 256 one stage and one buffer (Q, dO, K, V
   // are 32 KB each, the staging buffer 64 KB), so there each visit's Q / dO load waits for the previous visit.
-#ifndef DASH_BWD_CS_ONE_Q_STAGE
-#define DASH_BWD_CS_ONE_Q_STAGE 0  // experiment: 192 / 128 with one Q / dO stage and two dQ staging buffers
-#endif
-  static constexpr bool kOneQTwoDq = kColumnSplit && kHeadDim <= 192 && DASH_BWD_CS_ONE_Q_STAGE;
-  static constexpr int kQStages = kColumnSplit && (kHeadDim > 192 || kOneQTwoDq) ? 1 : 2;  // Q / dO ring depth
-  static constexpr int kDqStages = kColumnSplit && !kOneQTwoDq ? 1 : 2;  // dQ staging buffers, one store warp each
-#ifndef DASH_BWD_CS_EARLY_DV
-#define DASH_BWD_CS_EARLY_DV 0  // experiment: column split, dV issued after a P^T barrier, under the dS^T math
-#endif
-  static constexpr bool kEarlyDv = kColumnSplit && DASH_BWD_CS_EARLY_DV;
+  // (One Q / dO stage with two staging buffers at 192 / 128 measured 0.95x deterministic and 0.56x
+  // non-deterministic: docs/history/kernel-notes-bwd-wgmma.md.)
+  static constexpr int kQStages = kColumnSplit && kHeadDim > 192 ? 1 : 2;  // Q / dO / LSE2 / delta ring depth
+  static constexpr int kDqStages = kColumnSplit ? 1 : 2;  // dQ staging buffers, one store warp each
   // Issue dV += P^T dO after dS^T is computed instead of before (key split). At kBlockM = 128 the dS^T loop holds S^T
   // and dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
   // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled; 16%
@@ -323,7 +317,6 @@ enum MmaNamedBarrier : uint32_t {
   kBarMma = 1,      // generic: all MMA threads (split-GQA release, item done)
   kBarDsFree = 2,   // (one dS^T buffer only) both warpgroups' previous dQ GEMMs (which read sdS) are complete
   kBarDsReady = 3,  // both warpgroups' dS^T halves are written and fenced for the async proxy
-  kBarPReady = 4,   // (column split, experiment) both warpgroups' P^T halves are written and fenced
 };
 __device__ __forceinline__ void mma_barrier(uint32_t id) {
   __syncwarp();  // bar.sync is .aligned: reconverge first (callers may come out of a divergent branch)
@@ -699,20 +692,8 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // are not touched until the warpgroup_wait<0> after the hand-off.
         warpgroup_wait<1>();
       } else {
-        Tensor tdVrPt_stage = tdVrPt(_, _, _, ds_stage);
-        if constexpr (Config::kEarlyDv) {
-          // (experiment) P^T first, its own barrier, then dV under the dS^T math.
-          if constexpr (Config::kDsStages == 1) mma_barrier(kBarDsFree);
-          copy(ds_store, tPr_store, tPsPt(_, _, _, ds_stage));
-          cutlass::arch::fence_view_async_shared();
-          mma_barrier(kBarPReady);
-          warpgroup_gemm<false, false>(mma_dv, tdVrPt_stage, tdVrdOt(_, _, _, st), tdVrdV);
-          // WAIT (wgmma): groups S^T, dP^T, dV in commit order: at most one pending means dP^T is complete.
-          warpgroup_wait<1>();
-        } else {
-          // WAIT (wgmma): dP^T complete.
-          warpgroup_wait<0>();
-        }
+        // WAIT (wgmma): dP^T complete.
+        warpgroup_wait<0>();
         warpgroup_fence_operand(tSrdP);
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
@@ -721,10 +702,8 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // BARRIER (P / dS free), with one buffer each: the other warpgroup's GEMMs of the previous visit read sPt
         // and sdS; they completed (warpgroup_wait<0> below) before that warpgroup reached this barrier. With two
         // buffers, as in the key split (no barrier).
-        if constexpr (!Config::kEarlyDv) {
-          if constexpr (Config::kDsStages == 1) mma_barrier(kBarDsFree);
-          copy(ds_store, tPr_store, tPsPt(_, _, _, ds_stage));
-        }
+        if constexpr (Config::kDsStages == 1) mma_barrier(kBarDsFree);
+        copy(ds_store, tPr_store, tPsPt(_, _, _, ds_stage));
         copy(ds_store, tdSr_store, tdSsdS(_, _, _, ds_stage));
         // Each warpgroup wrote its 32 queries of P^T and dS^T; every GEMM below reads all 64. Each writer fences its
         // generic-proxy writes for the async proxy (wgmma), then the barrier makes both halves visible.
@@ -734,13 +713,13 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // dQ[:, cols_w] = dS K[:, cols_w] first (handed to the store warp while the others run), then dV_w += P^T
         // dO[:, cols_w] and dK_w += dS^T Q[:, cols_w], all from shared memory.
         Tensor tdQrdS_stage = tdQrdS(_, _, _, ds_stage);
+        Tensor tdVrPt_stage = tdVrPt(_, _, _, ds_stage);
         Tensor tdKrdSt_stage = tdKrdSt(_, _, _, ds_stage);
         warpgroup_gemm<true, false>(mma_dq, tdQrdS_stage, tdQrKt, tdQrdQ);
-        if constexpr (!Config::kEarlyDv) warpgroup_gemm<false, false>(mma_dv, tdVrPt_stage, tdVrdOt(_, _, _, st), tdVrdV);
+        warpgroup_gemm<false, false>(mma_dv, tdVrPt_stage, tdVrdOt(_, _, _, st), tdVrdV);
         warpgroup_gemm<false, false>(mma_dk, tdKrdSt_stage, tdKrQt(_, _, _, st), tdKrdK);
-        // WAIT (wgmma): groups complete in commit order (dQ, dV, dK; or dV, dQ, dK): dQ is complete once at most one
-        // (early dV) or two groups are pending.
-        warpgroup_wait<Config::kEarlyDv ? 1 : 2>();
+        // WAIT (wgmma): groups complete in commit order (dQ, dV, dK): at most two pending means dQ is complete.
+        warpgroup_wait<2>();
       }
       warpgroup_fence_operand(tdQrdQ);  // keep the reads of dQ below the wait
 
