@@ -90,24 +90,20 @@ int check(const char* name) {
       if (int(staging(r, c)) != C::Staging::offset(r, c)) ++bad;
       if (kPowerOfTwo && int(staging(r, c)) != r * C::kHeadDim + ((((c >> 2) ^ (r & 7))) << 2) + (c & 3)) ++bad;
     }
-  const auto ds = typename C::SmemLayoutdS{};
-  const auto dst = typename C::SmemLayoutdSt{};
-  for (int st = 0; st < C::kDsStages; ++st)
-    for (int q = 0; q < C::kBlockM; ++q)
-      for (int k = 0; k < C::kBlockN; ++k)
-        if (ds(q, k, st) != dst(k, q, st)) ++bad;
-  const auto qs = typename C::SmemLayoutQ{};
-  const auto qt = typename C::SmemLayoutQt{};
-  for (int s = 0; s < C::kQStages; ++s)
-    for (int q = 0; q < C::kBlockM; ++q)
-      for (int d = 0; d < C::kHeadDim; ++d)
-        if (qs(q, d, s) != qt(d, q, s)) ++bad;
-  const auto dos = typename C::SmemLayoutdO{};
-  const auto dot = typename C::SmemLayoutdOt{};
-  for (int s = 0; s < C::kQStages; ++s)
-    for (int q = 0; q < C::kBlockM; ++q)
-      for (int d = 0; d < C::kHeadDimV; ++d)
-        if (dos(q, d, s) != dot(d, q, s)) ++bad;
+  // A (rows, cols, stages) layout and its transposed view address the same elements.
+  auto transposed_mismatches = [](auto const& layout, auto const& transposed, int rows, int cols, int stages) {
+    int n = 0;
+    for (int st = 0; st < stages; ++st)
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) n += layout(r, c, st) != transposed(c, r, st);
+    return n;
+  };
+  bad += transposed_mismatches(typename C::SmemLayoutdS{}, typename C::SmemLayoutdSt{}, C::kBlockM, C::kBlockN,
+                               C::kDsStages);
+  bad += transposed_mismatches(typename C::SmemLayoutQ{}, typename C::SmemLayoutQt{}, C::kBlockM, C::kHeadDim,
+                               C::kQStages);
+  bad += transposed_mismatches(typename C::SmemLayoutdO{}, typename C::SmemLayoutdOt{}, C::kBlockM, C::kHeadDimV,
+                               C::kQStages);
   const auto kv = typename C::SmemLayoutK{};
   const auto kt = typename C::SmemLayoutKt{};
   for (int k = 0; k < C::kBlockN; ++k)
