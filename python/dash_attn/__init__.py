@@ -10,9 +10,8 @@ CUDA tensors (bf16/fp16, Hopper) run the sm_90a kernels; CPU tensors run the lib
 slow but follows the same plan orders. GQA/MQA follow from the head counts of q and k/v.
 
 Head dims: q and k share one, v (and the output) may have another where the kernel table has the pair (MLA-style
-192 / 128). The forward runs at head dims 64, 96, 128, 256 and 192 / 128, the backward at 64, 96 and 128 (256 and
-192 / 128 pending: a CUDA call whose inputs require grad is refused at the forward); the CPU backend runs both
-passes at every pair. dash_attn._abi.KERNEL_ROWS lists the pairs.
+192 / 128). Both passes run at head dims 64, 96, 128, 256 and 192 / 128, on CUDA and on the CPU backend.
+dash_attn._abi.KERNEL_ROWS lists the pairs.
 
 Batch invariance: with deterministic=True and the default schedule="auto", a sequence's gradients do not
 depend on the batch it is in, the number of heads in the call or its position in the batch.

@@ -32,8 +32,8 @@ names (model(input_ids, schedule="ascending")) win for that call.
 Refused with an error naming the argument: attention dropout > 0 (training configs of Llama, Qwen2 and Mistral have
 attention_dropout 0.0; model.eval() passes 0), logit soft-capping (softcap), attention sinks (s_aux), a 4-D attention
 mask (a custom or already prepared mask: pass the 2-D padding mask), a value head dim other than the query's, and what
-dash_attn.attention refuses (head dims without a kernel, see dash_attn._abi.SUPPORTED_HEAD_DIMS, and on CUDA a training
-step at one without a backward kernel, 256, see dash_attn._abi.KERNEL_ROWS; fp32 on CUDA, unless
+dash_attn.attention refuses (head dims without a kernel, see dash_attn._abi.SUPPORTED_HEAD_DIMS and
+dash_attn._abi.KERNEL_ROWS; fp32 on CUDA, unless
 autocast or the module's Linear weights give bf16 / fp16, as HF's flash path casts). output_attentions=True returns
 None weights, as with flash attention (dash_attn never forms the attention matrix).
 """
