@@ -172,6 +172,9 @@ std::vector<Case> all_cases() {
   cases.push_back(make_case("Persistent", 2, 16, 4, 1500, 300, 64, DASH_MASK_CAUSAL, DASH_DTYPE_BF16));
   cases.push_back(make_case("Persistent", 4, 8, 8, 1000, 1000, 128, DASH_MASK_FULL, DASH_DTYPE_BF16));
   cases.push_back(make_case("Persistent", 2, 16, 2, 777, 1200, 128, DASH_MASK_CAUSAL, DASH_DTYPE_BF16, Layout::HeadPadded));
+  // Causal with more (batch, head) pairs than the interleaved tail takes (hopper/fwd/fwd_tile_order.hpp: 66 pairs of
+  // 8 Q tiles on 132 CTAs): 30 pairs run pair by pair, then 66 interleaved.
+  cases.push_back(make_case("PersistentTail", 6, 16, 4, 1000, 1000, 128, DASH_MASK_CAUSAL, DASH_DTYPE_BF16));
   cases.push_back(make_case("Long", 1, 2, 2, 2048, 2048, 128, DASH_MASK_CAUSAL, DASH_DTYPE_BF16));
   cases.push_back(make_case("Long", 1, 2, 2, 2048, 2048, 64, DASH_MASK_FULL, DASH_DTYPE_BF16));
   cases.push_back(make_case("Long", 1, 2, 1, 3000, 1100, 128, DASH_MASK_CAUSAL, DASH_DTYPE_FP16));

@@ -21,6 +21,7 @@
 #include "dash/attention_mask.hpp"
 #include "dash/kernel_table.hpp"
 #include "dash/plan_format.h"
+#include "hopper/fwd/fwd_tile_order.hpp"
 #include "hopper/sync.cuh"           // launch_register_pool
 #include "hopper/warpgroup_mma.cuh"  // k_major_smem_atom
 
@@ -164,8 +165,8 @@ struct FwdParams {
   AttentionMask mask;                   // which keys each query row sees; the sequence lengths (varlen: the longest)
   int32_t heads_q;
   int32_t group_size;                   // heads_q / heads_kv
-  int32_t num_m_blocks;
-  int32_t num_work_tiles;               // num_m_blocks * heads_q * batch: the range of the tile loop
+  FwdTileOrder order;                   // fixed length: which work tile an index is (hopper/fwd/fwd_tile_order.hpp)
+  int32_t num_work_tiles;               // fixed length: m_blocks * heads_q * batch; varlen: the pack's tiles
   int32_t* tile_counter;                // in the caller's workspace, zeroed before the launch: fwd_next_tile
   float softmax_scale;                  // natural-log units (for LSE)
   float scale_log2;                     // softmax_scale * log2(e): scores go through exp2

@@ -34,6 +34,7 @@
 
 #include "hopper/fwd/fwd_config.cuh"
 #include "hopper/fwd/fwd_softmax.cuh"
+#include "hopper/fwd/fwd_tile_order.hpp"
 #include "hopper/ptx.cuh"  // L2Hint
 #include "hopper/sync.cuh"
 #include "hopper/varlen.cuh"
@@ -58,31 +59,33 @@ struct KvTileRange {
   __device__ __forceinline__ bool needs_mask(int n) const { return n >= first_masked || n < left_masked_end; }
 };
 
-// Work-tile index -> (Q tile, head, batch): Q tiles fastest, so the CTAs running at one time share the K and
-// V of one or two heads in L2. Causal: Q tiles in decreasing order, the ones that see the most keys first, so
-// that the short tiles at the end of each head fill the gaps (taken dynamically, see fwd_next_tile). A varlen
-// pack lists its sequences longest first, each with its heads' Q tiles in the same order.
+// Work-tile index -> (Q tile, head, batch). Fixed length: the order of hopper/fwd/fwd_tile_order.hpp (pair by
+// pair, Q tiles fastest; causal: longest first, the last pairs interleaved). A varlen pack lists its sequences
+// longest first, each with its heads' Q tiles in the same order (the shortest sequences end the grid).
 template <bool kVarlen, class Config>
 __device__ __forceinline__ FwdTile fwd_tile_at(FwdParams<Config> const& params, int index) {
   FwdTile tile{index, 0, 0, 0, 0, 0, params.mask};
   if (index >= params.num_work_tiles) return tile;
-  int m_blocks = params.num_m_blocks, local = index;
-  if constexpr (kVarlen) {
+  if constexpr (!kVarlen) {
+    FwdTilePlace const place = fwd_tile_place(params.order, index);
+    tile.m_block = place.m_block;
+    tile.head_q = place.pair % params.heads_q;
+    tile.batch = place.pair / params.heads_q;
+    return tile;
+  } else {
     dash_pack_sequence const& seq = params.sequences[pack_position<&dash_pack_sequence::fwd_tile_begin>(
         params.sequences, params.tile_chunks, params.num_sequences, index)];
-    m_blocks = (seq.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
-    local = index - seq.fwd_tile_begin;
     tile.batch = seq.sequence;
     tile.mask = params.mask.for_lengths(seq.seqlen_q, seq.seqlen_k);
     tile.q_row = seq.q_row;
     tile.k_row = seq.k_row;
+    int const m_blocks = (seq.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+    int const local = index - seq.fwd_tile_begin;
+    int const m = local % m_blocks;
+    tile.m_block = params.mask.causal() ? m_blocks - 1 - m : m;
+    tile.head_q = local / m_blocks;
+    return tile;
   }
-  int const m = local % m_blocks;
-  int const rest = local / m_blocks;
-  tile.m_block = params.mask.causal() ? m_blocks - 1 - m : m;
-  tile.head_q = kVarlen ? rest : rest % params.heads_q;
-  if constexpr (!kVarlen) tile.batch = rest / params.heads_q;
-  return tile;
 }
 
 template <class Config>

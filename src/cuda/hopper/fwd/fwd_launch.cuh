@@ -62,6 +62,12 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
   cudaError_t status = cudaGetDevice(&device);
   if (status == cudaSuccess) status = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
   if (status != cudaSuccess) return cuda_fail(error, "cudaDeviceGetAttribute(MultiProcessorCount)", status);
+  // Fixed length: the work tiles' order, with the causal tail interleaved over the grid's CTAs.
+  AttentionMask const mask = AttentionMask::of(pr);
+  int32_t const pairs = pr.heads_q * pr.batch;
+  int32_t const ctas = int32_t(std::min<int64_t>(num_tiles, num_sms));
+  FwdTileOrder const order{num_m_blocks, pairs, varlen ? 0 : fwd_tail_pairs(mask.causal(), num_m_blocks, pairs, ctas),
+                           mask.causal()};
   FwdParams<Config> params{
       make_tma_copy(SM90_TMA_LOAD{}, gQ, typename Config::SmemLayoutQ{}),
       make_tma_copy(SM90_TMA_LOAD{}, gK, typename Config::SmemLayoutKStage{}),
@@ -72,10 +78,10 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
       gV.shape(),
       gO.shape(),
       a.lse,
-      AttentionMask::of(pr),
+      mask,
       pr.heads_q,
       pr.heads_q / pr.heads_kv,
-      num_m_blocks,
+      order,
       int32_t(num_tiles),
       static_cast<int32_t*>(launch.workspace),
       a.softmax_scale,
@@ -108,7 +114,7 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
   // its own tiles.
   status = cudaMemsetAsync(launch.workspace, 0, sizeof(int32_t), launch.stream);
   if (status != cudaSuccess) return cuda_fail(error, "cudaMemsetAsync(forward tile counter)", status);
-  dim3 const grid(unsigned(std::min<int64_t>(num_tiles, num_sms)));
+  dim3 const grid{unsigned(ctas)};
   kernel<<<grid, Config::kThreads, kSmemBytes, launch.stream>>>(params);
   if ((status = cudaGetLastError()) != cudaSuccess) {
     return cuda_fail(error,
