@@ -1,0 +1,81 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Forward A/B of builds of dash-attn: the forward alone on the protocol's causal rows (and two full-mask controls), one
+library per process (DASH_ATTN_LIBRARY), the protocol's timer (window_bench.time_impls); one JSON line per row with the
+SHA-256 of O and LSE, so that builds which should agree bitwise can be checked. Run it once per build and round,
+interleaved, then summarise: the median TFLOP/s per (config, variant), its ratio to the variant named "base", the
+per-run figures, and whether O and LSE were bitwise equal across variants.
+
+    DASH_ATTN_LIBRARY=DIR/libdash_attn.so python3 bench/forward_ab.py run VARIANT OUT.jsonl
+    python3 bench/forward_ab.py summary OUT.jsonl [...]
+"""
+import collections
+import hashlib
+import json
+import os
+import statistics
+import sys
+
+# (batch, seqlen, query heads, KV heads, head dim, value head dim, causal)
+ROWS = [(16, 1024, 16, 16, 128, 128, True), (8, 2048, 16, 16, 128, 128, True), (4, 4096, 16, 16, 128, 128, True),
+        (2, 8192, 16, 16, 128, 128, True), (1, 16384, 16, 16, 128, 128, True), (2, 8192, 32, 8, 128, 128, True),
+        (8, 2048, 32, 32, 64, 64, True), (2, 8192, 32, 32, 64, 64, True),
+        (2, 8192, 8, 8, 256, 256, True), (2, 8192, 16, 16, 192, 128, True),
+        (4, 4096, 16, 16, 128, 128, False), (2, 8192, 16, 16, 128, 128, False)]
+
+
+def run(variant, out_path):
+    import torch
+    from dash_attn import _abi  # loads DASH_ATTN_LIBRARY and registers torch.ops.dash_attn
+    from window_bench import time_impls
+
+    env = dict(variant=variant, commit=os.environ.get("DASH_COMMIT", "?"), call_id=os.environ.get("CALL_ID", "?"),
+               gpu=torch.cuda.get_device_name(0), dtype="bfloat16")
+    ops = torch.ops.dash_attn
+    with open(out_path, "a") as out:
+        for b, s, hq, hkv, d, dv, causal in ROWS:
+            name = f"b{b}_s{s}_hq{hq}_hkv{hkv}_d{d}" + (f"_dv{dv}" if dv != d else "") + ("_causal" if causal else "_full")
+            problem = _abi.make_problem(b, hq, hkv, s, s, d, causal, -1, -1, head_dim_v=0 if dv == d else dv)
+            flops = _abi.attention_flops(problem, backward=False)
+            g = torch.Generator(device="cuda").manual_seed(s + d)
+            q, k, v = (torch.randn(b, s, h, cols, device="cuda", dtype=torch.bfloat16, generator=g)
+                       for h, cols in ((hq, d), (hkv, d), (hkv, dv)))
+            scale = d ** -0.5
+
+            def forward(q=q, k=k, v=v, causal=causal, scale=scale):
+                return ops.fwd(q, k, v, causal, scale, False, "auto", False, 0, -1, -1)
+
+            o, lse = forward()
+            sha = hashlib.sha256(o.contiguous().view(torch.uint8).cpu().numpy().tobytes() +
+                                 lse.contiguous().cpu().numpy().tobytes()).hexdigest()[:16]
+            for r in time_impls(env, name, [("dash-attn", "forward", forward, flops)]):
+                r["out_sha"] = sha
+                out.write(json.dumps(r) + "\n")
+            torch.cuda.empty_cache()
+
+
+def summary(paths):
+    rows = [json.loads(line) for path in paths for line in open(path)]
+    runs, shas = collections.defaultdict(list), collections.defaultdict(set)
+    for r in rows:
+        if "tflops" in r:
+            runs[(r["config"], r["variant"])].append(r["tflops"])
+        shas[r["config"]].add(r.get("out_sha"))
+    variants = sorted({r["variant"] for r in rows}, key=lambda v: (v != "base", v))
+    print(f"{'config':36s}" + "".join(f"{v:>22s}" for v in variants))
+    for config in dict.fromkeys(r["config"] for r in rows):
+        base = statistics.median(runs[(config, "base")]) if runs.get((config, "base")) else None
+        cells = []
+        for v in variants:
+            med = statistics.median(runs[(config, v)])
+            ratio = f"{med / base:5.3f}" if base else "    -"
+            cells.append(f"  {med:7.1f} {ratio} ({','.join('%.0f' % x for x in runs[(config, v)])})")
+        print(f"{config:36s}" + "".join(cells) + ("  bits equal" if len(shas[config]) == 1 else "  BITS DIFFER"))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "run":
+        run(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "summary":
+        summary(sys.argv[2:])
+    else:
+        sys.exit(__doc__)
