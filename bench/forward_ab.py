@@ -33,7 +33,8 @@ def run(variant, out_path):
     ops = torch.ops.dash_attn
     with open(out_path, "a") as out:
         for b, s, hq, hkv, d, dv, causal in ROWS:
-            name = f"b{b}_s{s}_hq{hq}_hkv{hkv}_d{d}" + (f"_dv{dv}" if dv != d else "") + ("_causal" if causal else "_full")
+            dims = f"d{d}" + (f"_dv{dv}" if dv != d else "")
+            name = f"b{b}_s{s}_hq{hq}_hkv{hkv}_{dims}_{'causal' if causal else 'full'}"
             problem = _abi.make_problem(b, hq, hkv, s, s, d, causal, -1, -1, head_dim_v=0 if dv == d else dv)
             flops = _abi.attention_flops(problem, backward=False)
             g = torch.Generator(device="cuda").manual_seed(s + d)
