@@ -4,7 +4,9 @@
 // tiles 128 x 128; 96 and 128: tiles 64 x 128; 192 / 128 and 256: 64 x 64, the column split) and both dtypes:
 //   - the dQ staging layout (a CuTe Swizzle over column blocks of fp32) equals the store warp's and the convert
 //     kernel's DqStaging::offset at every position (the store warp reads what the MMA warpgroups write), and is
-//     the row-major layout with 4-float chunks XOR row & 7 where the head dim is a power of two up to 128;
+//     the row-major layout with 4-float chunks XOR (row & 3) << 1 where the head dim is a power of two up to 128;
+//   - the MMA threads' 8-byte stores into the staging tile take the minimum of two shared-memory wavefronts per
+//     warp instruction (no bank conflicts), by a model of the banks: 16 lanes per wavefront, 32 banks of 4 bytes;
 //   - the transposed operand views (Q^T, dO^T per stage, K^T, dS = view of dS^T per stage) address the same elements
 //     as the tiles they view;
 //   - the accumulator coordinate facts the MMA code relies on (additive thread offsets, warpgroup split by keys or
@@ -54,7 +56,9 @@ int check_forward(const char* name) {
 }
 
 // Every (row, column) of a kRows x kCols accumulator is held by exactly one of the 256 MMA threads, registers 2j and
-// 2j + 1 are adjacent columns of one row, and warpgroup 1 holds exactly the coordinates `second(row, col)` names.
+// 2j + 1 are adjacent columns of one row, warpgroup 1 holds exactly the coordinates `second(row, col)` names, and
+// register i of thread t sits at thread t's register 0 plus thread 0's register i (the dK / dV epilogue's stores are
+// a row pointer per thread plus those constants).
 template <int kRows, int kCols, class Mma, class Second>
 int check_accumulator(Mma const& mma, Second second) {
   using namespace cute;
@@ -63,10 +67,12 @@ int check_accumulator(Mma const& mma, Second second) {
   for (auto& row : hits)
     for (int& h : row) h = 0;
   auto id = make_identity_tensor(Shape<Int<kRows>, Int<kCols>>{});
+  auto c0 = mma.get_thread_slice(0).partition_C(id);
   for (int t = 0; t < 256; ++t) {
     auto ct = mma.get_thread_slice(t).partition_C(id);
     for (int i = 0; i < size(ct); ++i) {
       const int r = get<0>(ct(i)), c = get<1>(ct(i));
+      if (r != get<0>(ct(0)) + get<0>(c0(i)) || c != get<1>(ct(0)) + get<1>(c0(i))) ++bad;
       if (r < 0 || r >= kRows || c < 0 || c >= kCols) { ++bad; continue; }
       if ((t >= 128) != second(r, c)) ++bad;
       if (i % 2 == 1 && (get<0>(ct(i - 1)) != r || get<1>(ct(i - 1)) + 1 != c)) ++bad;
@@ -76,6 +82,41 @@ int check_accumulator(Mma const& mma, Second second) {
   for (auto& row : hits)
     for (int h : row) bad += h != 1;
   return bad;
+}
+
+// The dQ hand-off's staging stores (mma_warpgroups: one 64-bit store of registers 2j, 2j + 1 per lane): for every
+// warp and register pair, the shared-memory wavefronts the 32 lanes' stores take, by the bank model of an 8-byte
+// access (two wavefronts of 16 lanes; within one, the distinct 4-byte words that fall on one of the 32 banks are
+// serialised). Returns the number of stores that take more than the minimum of two.
+template <class Mma, class Staging, class Ids>
+int staging_store_conflicts(Mma const& mma, Staging const& staging, Ids const& ids) {
+  using namespace cute;
+  int conflicted = 0;
+  const int pairs = int(size(mma.get_thread_slice(0).partition_C(ids))) / 2;
+  for (int warp = 0; warp < 8; ++warp)
+    for (int pair = 0; pair < pairs; ++pair) {
+      int wavefronts = 0;
+      for (int half = 0; half < 2; ++half) {
+        int words_on_bank[32][32];  // the distinct words each bank holds in this wavefront (at most 32)
+        int count[32] = {};
+        for (int lane = 16 * half; lane < 16 * half + 16; ++lane) {
+          const auto coord = mma.get_thread_slice(32 * warp + lane).partition_C(ids)(2 * pair);
+          const int first = int(staging(get<0>(coord), get<1>(coord)));
+          for (int word = first; word < first + 2; ++word) {
+            int* seen = words_on_bank[word % 32];
+            int& n = count[word % 32];
+            bool known = false;
+            for (int k = 0; k < n; ++k) known |= seen[k] == word;
+            if (!known) seen[n++] = word;
+          }
+        }
+        int worst = 0;
+        for (int n : count) worst = n > worst ? n : worst;
+        wavefronts += worst;
+      }
+      conflicted += wavefronts != 2;
+    }
+  return conflicted;
 }
 
 template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
@@ -88,7 +129,7 @@ int check(const char* name) {
   for (int r = 0; r < C::kBlockM; ++r)
     for (int c = 0; c < C::kHeadDim; ++c) {
       if (int(staging(r, c)) != C::Staging::offset(r, c)) ++bad;
-      if (kPowerOfTwo && int(staging(r, c)) != r * C::kHeadDim + ((((c >> 2) ^ (r & 7))) << 2) + (c & 3)) ++bad;
+      if (kPowerOfTwo && int(staging(r, c)) != r * C::kHeadDim + ((((c >> 2) ^ ((r & 3) << 1))) << 2) + (c & 3)) ++bad;
     }
   // A (rows, cols, stages) layout and its transposed view address the same elements.
   auto transposed_mismatches = [](auto const& layout, auto const& transposed, int rows, int cols, int stages) {
@@ -155,6 +196,7 @@ int check(const char* name) {
     }
     for (auto& row : hq)
       for (int h : row) bad += h != 1;
+    bad += staging_store_conflicts(mma_dq, staging, idq);
     bad += check_accumulator<C::kBlockN, C::kHeadDim>(typename C::MmadK{}, [](int key, int col) {
       return C::kColumnSplit ? col >= C::kDkCols : key >= 64;
     });

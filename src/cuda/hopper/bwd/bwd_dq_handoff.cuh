@@ -28,25 +28,31 @@ struct DqHandoff {
 };
 
 // The fp32 dQ staging tile of kRows x kCols (and, copied flat, each accumulator tile in global memory): column
-// blocks of kBlockCols floats, each block row-major, its 4-float (16-byte) chunks XOR-swizzled by the row's low bits
-// (3 bits, or 2 in 16-column blocks), so that the rows written together land in different bank groups. A power-of-two
-// head dim up to 128 is one block (64, 128). Otherwise a block is the largest power of two dividing half the row (16
-// at D = 96, 32 at 192, 128 at 256): one warpgroup's dQ columns (kCols / 2) are then whole blocks, which CuTe needs to
-// partition the staging tile like the accumulator.
+// blocks of kBlockCols floats, each block row-major, its 4-float (16-byte) chunks XOR-swizzled by the row's two low
+// bits, so that the MMA threads' 8-byte stores are free of bank conflicts. A warp's store of one register pair
+// writes 8 rows x 2 adjacent chunks, 16 lanes (4 rows, 128 bytes) per shared-memory wavefront: in blocks of 8 or
+// more chunks the row bits go to chunk bits 1-2 (bit 0 tells the pair's two chunks apart), in 16-column blocks (4
+// chunks, two rows per 32 banks) to bits 0-1. (Swizzling chunk bits 0-2 by row & 7 made every store 2-way
+// conflicted: ncu, 4 wavefronts per STS.64 instead of 2.) A power-of-two head dim up to 128 is one block (64,
+// 128). Otherwise a block is the largest power of two dividing half the row (16 at D = 96, 32 at 192, 128 at 256):
+// one warpgroup's dQ columns (kCols / 2) are then whole blocks, which CuTe needs to partition the staging tile like
+// the accumulator.
 template <int kRows, int kCols>
 struct DqStaging {
   static constexpr bool kPowerOfTwo = (kCols & (kCols - 1)) == 0;
   static constexpr int kBlockCols = kPowerOfTwo && kCols <= 128 ? kCols : ((kCols / 2) & -(kCols / 2));
   static constexpr int kBlocks = kCols / kBlockCols;
   static constexpr int kLog2BlockCols = cute::log_2(static_cast<unsigned>(kBlockCols));
-  static constexpr int kSwizzleBits = kLog2BlockCols - 2 < 3 ? kLog2BlockCols - 2 : 3;  // log2 chunks, at most 3
-  static_assert(kBlockCols >= 16 && kBlockCols <= 128, "column blocks of 16 to 128 floats (4 to 8 swizzled chunks)");
+  static constexpr int kSwizzleBits = 2;                                // the row bits XORed into the chunk index
+  static constexpr int kSwizzleShift = kBlockCols >= 32 ? 1 : 0;        // ... at chunk bits [shift, shift + 2)
+  static constexpr int kSwizzleBase = 2 + kSwizzleShift;                // ... i.e. float-offset bits [base, base + 2)
+  static_assert(kBlockCols >= 16 && kBlockCols <= 128, "column blocks of 16 to 128 floats (4 to 32 swizzled chunks)");
   // Element offset of (row, col).
   __host__ __device__ __forceinline__ static int offset(int row, int col) {
     const int in_block = col % kBlockCols;
     const int row_bits = row & ((1 << kSwizzleBits) - 1);
-    return col / kBlockCols * (kRows * kBlockCols) + row * kBlockCols + (((in_block >> 2) ^ row_bits) << 2) +
-           (in_block & 3);
+    return col / kBlockCols * (kRows * kBlockCols) + row * kBlockCols +
+           (((in_block >> 2) ^ (row_bits << kSwizzleShift)) << 2) + (in_block & 3);
   }
 };
 

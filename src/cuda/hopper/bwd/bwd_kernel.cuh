@@ -170,12 +170,13 @@ struct BwdConfig {
                                 cute::Step<cute::_2, cute::_1, cute::_3>{})));
 
   // The store warp's fp32 staging tile (DqStaging in bwd_dq_handoff.cuh: column blocks of kBlockCols floats, each
-  // row-major with its 4-float chunks XOR the row's low bits) as a CuTe swizzle on the blocked offset: bits
-  // [2, 2 + kSwizzleBits) ^= the row's low bits, which start at bit log2(kBlockCols) (Swizzle<3, 2, 5> at D = 128,
-  // <3, 2, 4> at 64, <2, 2, 2> at 96); the block offsets (multiples of kBlockM x kBlockCols floats) lie above them.
+  // row-major with its 4-float chunks XOR the row's two low bits) as a CuTe swizzle on the blocked offset: bits
+  // [kSwizzleBase, kSwizzleBase + 2) ^= the row's low bits, which start at bit log2(kBlockCols) (Swizzle<2, 3, 4> at
+  // D = 128, <2, 3, 3> at 64, <2, 2, 2> at 96); the block offsets (multiples of kBlockM x kBlockCols floats) lie above
+  // them.
   using Staging = DqStaging<kBlockM, kHeadDim>;
   using SmemLayoutdQStaging = decltype(cute::composition(
-      cute::Swizzle<Staging::kSwizzleBits, 2, Staging::kLog2BlockCols - 2>{},
+      cute::Swizzle<Staging::kSwizzleBits, Staging::kSwizzleBase, Staging::kLog2BlockCols - Staging::kSwizzleBase>{},
       cute::Layout<cute::Shape<cute::Int<kBlockM>, cute::Shape<cute::Int<Staging::kBlockCols>, cute::Int<Staging::kBlocks>>>,
                    cute::Stride<cute::Int<Staging::kBlockCols>,
                                 cute::Stride<cute::_1, cute::Int<kBlockM * Staging::kBlockCols>>>>{}));
@@ -344,7 +345,7 @@ __device__ __forceinline__ void watchdog_wait(uint64_t* bar, uint32_t parity, Wa
       ".reg .u64 t0, t1;\n\t"
       "mov.u64 t0, %%clock64;\n\t"
       "WG_WAIT_RETRY:\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 ready, [%0], %1;\n\t"
+      DASH_MBARRIER_TRY_WAIT("ready", "%0", "%1")
       "@ready bra.uni WG_WAIT_DONE;\n\t"
       "mov.u64 t1, %%clock64;\n\t"
       "sub.u64 t1, t1, t0;\n\t"
