@@ -64,23 +64,6 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
                : "memory");
 }
-// try_wait suspends the waiting thread until the phase completes or a time limit passes, then reports which. Without
-// a hint the limit is the system's (short: the forward's producer issued ~225 try_wait + branch per 128 x 128 block
-// where FA3, whose CUTLASS wait passes 10 ms, issued ~30); DASH_MBARRIER_SUSPEND_NS sets the hint in nanoseconds
-// (0: none). Every wait below retries until the phase completes, so the hint changes only how often it polls.
-#ifndef DASH_MBARRIER_SUSPEND_NS
-#define DASH_MBARRIER_SUSPEND_NS 0
-#endif
-#if DASH_MBARRIER_SUSPEND_NS > 0
-#define DASH_MBARRIER_TRY_WAIT(ready, addr, parity) \
-  "mbarrier.try_wait.parity.shared::cta.b64 " ready ", [" addr "], " parity ", " DASH_STRINGIFY(DASH_MBARRIER_SUSPEND_NS) ";\n\t"
-#else
-#define DASH_MBARRIER_TRY_WAIT(ready, addr, parity) \
-  "mbarrier.try_wait.parity.shared::cta.b64 " ready ", [" addr "], " parity ";\n\t"
-#endif
-#define DASH_STRINGIFY_VALUE(x) #x
-#define DASH_STRINGIFY(x) DASH_STRINGIFY_VALUE(x)
-
 // Wait (acquire.cta) until the phase with this parity has completed. On a fresh mbarrier the phase "before
 // phase 0" counts as completed, so waiting for parity 1 returns at once.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
@@ -88,7 +71,7 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
       "{\n\t"
       ".reg .pred ready;\n\t"
       "MBARRIER_WAIT_RETRY:\n\t"
-      DASH_MBARRIER_TRY_WAIT("ready", "%0", "%1")
+      "mbarrier.try_wait.parity.shared::cta.b64 ready, [%0], %1;\n\t"
       "@!ready bra.uni MBARRIER_WAIT_RETRY;\n\t"
       "}" ::"r"(smem_addr(bar)),
       "r"(parity)

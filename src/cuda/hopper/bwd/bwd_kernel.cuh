@@ -345,7 +345,7 @@ __device__ __forceinline__ void watchdog_wait(uint64_t* bar, uint32_t parity, Wa
       ".reg .u64 t0, t1;\n\t"
       "mov.u64 t0, %%clock64;\n\t"
       "WG_WAIT_RETRY:\n\t"
-      DASH_MBARRIER_TRY_WAIT("ready", "%0", "%1")
+      "mbarrier.try_wait.parity.shared::cta.b64 ready, [%0], %1;\n\t"
       "@ready bra.uni WG_WAIT_DONE;\n\t"
       "mov.u64 t1, %%clock64;\n\t"
       "sub.u64 t1, t1, t0;\n\t"
