@@ -89,7 +89,11 @@ struct BwdConfig {
   // (One Q / dO stage with two staging buffers at 192 / 128 measured 0.95x deterministic and 0.56x
   // non-deterministic: docs/history/kernel-notes-bwd-wgmma.md.)
   static constexpr int kQStages = kColumnSplit && kHeadDim > 192 ? 1 : 2;  // Q / dO / LSE2 / delta ring depth
-  static constexpr int kDqStages = kColumnSplit ? 1 : 2;  // dQ staging buffers, one store warp each
+  // dQ staging buffers, one store warp each: two where shared memory holds them beside two dS^T buffers (head dims 96,
+  // 128). At head dim 64 (128-row Q tiles: a 32 KB dS^T buffer, a 32 KB staging buffer) the choice is one of the two
+  // and two dS^T buffers measured +1-6% over two staging buffers in both modes (docs/history/kernel-notes-bwd-wgmma.md,
+  // 2026-12-02 16:18); the column split holds only one.
+  static constexpr int kDqStages = kColumnSplit || kBlockM == 128 ? 1 : 2;
   // Issue dV += P^T dO after dS^T is computed instead of before (key split). At kBlockM = 128 the dS^T loop holds S^T
   // and dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
   // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled; 16%
@@ -154,9 +158,9 @@ struct BwdConfig {
   // dS^T buffers (and, in the column split, P^T buffers of the same layout). With two, alternating with the Q stage,
   // a warpgroup may write visit v's dS^T while the other warpgroup's dQ GEMM of visit v - 1 still reads the other
   // buffer, so the "dS free" barrier goes (visit v - 2's GEMMs, which read this buffer, completed before that
-  // warpgroup reached visit v - 1's "dS ready" barrier). The second buffer fits only at kBlockM = 64 (16 KB more;
-  // 32 KB at kBlockM = 128 would pass the 227 KB) with two Q stages.
-  static constexpr int kDsStages = kBlockM == 64 && kQStages == 2 ? 2 : 1;
+  // warpgroup reached visit v - 1's "dS ready" barrier). Every row with two Q stages has two (at head dim 64 in place
+  // of a second dQ staging buffer, see kDqStages); head dim 256 has one of each.
+  static constexpr int kDsStages = kQStages == 2 ? 2 : 1;
   static_assert(kDsStages == 1 || kDsStages == kQStages, "a dS^T buffer per Q stage, or one");
   // dS^T as the MMA warpgroups produce it: (key, query, stage), query contiguous, SW128 (64 queries = 128 bytes),
   // written with stmatrix straight from the dS^T accumulator layout (no transpose) ...
@@ -316,7 +320,7 @@ constexpr int smem_bytes_of() {
 // use none).
 enum MmaNamedBarrier : uint32_t {
   kBarMma = 1,      // generic: all MMA threads (split-GQA release, item done)
-  kBarDsFree = 2,   // (one dS^T buffer only) both warpgroups' previous dQ GEMMs (which read sdS) are complete
+  kBarDsFree = 2,   // (one dS^T buffer: head dim 256) both warpgroups' previous GEMMs reading sdS / sPt are complete
   kBarDsReady = 3,  // both warpgroups' dS^T halves are written and fenced for the async proxy
 };
 __device__ __forceinline__ void mma_barrier(uint32_t id) {
@@ -669,13 +673,11 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         }
         if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
 
-        // BARRIER (dS free), with one dS^T buffer: the other warpgroup's dQ GEMM of the previous visit read sdS;
-        // it completed (warpgroup_wait<0> below) before that warpgroup reached this barrier. With two buffers
-        // (Config::kDsStages) this visit's buffer was last read by visit v - 2's dQ GEMMs, complete before either
-        // warpgroup passed visit v - 1's "dS ready" barrier below, so no barrier is needed. tdSr is not yet an
+        // No "dS free" barrier: this visit's dS^T buffer (two, Config::kDsStages) was last read by visit v - 2's dQ
+        // GEMMs, complete before either warpgroup passed visit v - 1's "dS ready" barrier below. tdSr is not yet an
         // operand of any wgmma here: PTX makes even reading the A registers of an in-flight wgmma undefined, which
         // is why dK += dS^T Q is issued only after this store.
-        if constexpr (Config::kDsStages == 1) mma_barrier(kBarDsFree);
+        static_assert(Config::kDsStages == 2, "the key split alternates two dS^T buffers");
         copy(ds_store, tdSr_store, tdSsdS(_, _, _, ds_stage));
         // Generic-proxy writes read by wgmma (async proxy): each writer fences, then the barrier makes all
         // 128 x kBlockM values (both warpgroups' halves) visible before either warpgroup issues dQ.
