@@ -57,8 +57,8 @@ int check_forward(const char* name) {
 
 // Every (row, column) of a kRows x kCols accumulator is held by exactly one of the 256 MMA threads, registers 2j and
 // 2j + 1 are adjacent columns of one row, warpgroup 1 holds exactly the coordinates `second(row, col)` names, and
-// register i of thread t sits at thread t's register 0 plus thread 0's register i (the dK / dV epilogue's stores are
-// a row pointer per thread plus those constants).
+// register i of thread t sits at thread t's register 0 plus thread 0's register i (the idiom of the S^T mask's
+// constant coordinates, checked for every accumulator).
 template <int kRows, int kCols, class Mma, class Second>
 int check_accumulator(Mma const& mma, Second second) {
   using namespace cute;

@@ -67,8 +67,8 @@ struct BwdParams {
   int32_t* dkv_counters;  // [batch * heads_kv * num_kv_tiles] (split_dkv only)
   float* delta;           // [batch * heads_q * num_q_tiles * kBlockM]
   float* lse_log2;        // same; +inf for rows past seqlen_q or rows with LSE = -inf (so P = 0 there)
-  float* dq_accum;        // [batch * heads_q * num_q_tiles][kBlockM * head_dim], per tile in the staging
-                          // layout DqStaging (column blocks, 4-float chunks XOR the row's low bits: hopper/bwd/bwd_dq_handoff.cuh)
+  float* dq_accum;        // [batch * heads_q * num_q_tiles][kBlockM * head_dim], per tile in the staging layout
+                          // DqStaging (column blocks, swizzled 4-float chunks: hopper/bwd/bwd_dq_handoff.cuh)
   float* dk_accum;        // [batch * heads_kv * num_kv_tiles * kBlockN][head_dim] (split_dkv only)
   float* dv_accum;
 

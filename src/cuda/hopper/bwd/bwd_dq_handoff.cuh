@@ -43,9 +43,9 @@ struct DqStaging {
   static constexpr int kBlockCols = kPowerOfTwo && kCols <= 128 ? kCols : ((kCols / 2) & -(kCols / 2));
   static constexpr int kBlocks = kCols / kBlockCols;
   static constexpr int kLog2BlockCols = cute::log_2(static_cast<unsigned>(kBlockCols));
-  static constexpr int kSwizzleBits = 2;                                // the row bits XORed into the chunk index
-  static constexpr int kSwizzleShift = kBlockCols >= 32 ? 1 : 0;        // ... at chunk bits [shift, shift + 2)
-  static constexpr int kSwizzleBase = 2 + kSwizzleShift;                // ... i.e. float-offset bits [base, base + 2)
+  static constexpr int kSwizzleBits = 2;                          // the row bits XORed into the chunk index ...
+  static constexpr int kSwizzleShift = kBlockCols >= 32 ? 1 : 0;  // ... at chunk bits [shift, shift + 2), i.e.
+  static constexpr int kSwizzleBase = 2 + kSwizzleShift;          // ... float-offset bits [base, base + 2)
   static_assert(kBlockCols >= 16 && kBlockCols <= 128, "column blocks of 16 to 128 floats (4 to 32 swizzled chunks)");
   // Element offset of (row, col).
   __host__ __device__ __forceinline__ static int offset(int row, int col) {
