@@ -15,7 +15,7 @@
 #include <cstdint>
 
 // DASH_KERNEL_ROW(head_dim, head_dim_v, bwd_block_m, bwd_block_n, fwd_warpgroups, fwd_block_n, fwd_stages,
-//                 fwd_exp2_poly_every)
+//                 fwd_exp2_poly_every, bwd_exp2_poly_every)
 //   head_dim: of q and k; head_dim_v: of v, o, dout, dv (MLA-style models: 192 / 128). A row is one pair.
 //   bwd_block_m x bwd_block_n: query rows x keys of the backward's (and the plan's) tiles. 128-key tiles: each of
 //     the two MMA warpgroups owns 64 keys and all head-dim columns of their dK / dV. 64-key tiles: the column-split
@@ -28,6 +28,9 @@
 //   fwd_block_n: keys per forward KV tile (the S tile lives in registers); fwd_stages: K/V ring depth.
 //   fwd_exp2_poly_every: every n-th exp2 of the forward on the FMA pipe instead of MUFU (0: none). At head dim 64
 //     MUFU saturates (as many exp2 per tile as the tensor cores need clocks): 1 in 8 measured +3-27%.
+//   bwd_exp2_poly_every: the same for the backward's exponentials of P^T. At head dim 64 (128 x 128 tiles: 16,384
+//     exp2 per visit beside ~2,500 tensor-core clocks of GEMMs) 1 in 8 measured +1-4% (docs/history/
+//     kernel-notes-bwd-wgmma.md, 2026-12-02 21:21).
 // Backward tiles: 128-row Q tiles fit the registers at head dim <= 64; above it the dK/dV accumulators
 // (2 x 128 x head_dim fp32 over two warpgroups) leave room for 64-row Q tiles only.
 // Head dim 96 (Phi-class models) has the tiles of 128: its forward's three-warpgroup variant would need
@@ -37,11 +40,11 @@
 // 128-key tiles fit at 192 / 128. Their backward splits the head-dim columns between the warpgroups: dK and dV of
 // 128 keys would need (192 + 128) or 2 x 256 fp32 registers per thread.
 #define DASH_KERNEL_TABLE(DASH_KERNEL_ROW) \
-  DASH_KERNEL_ROW(64, 64, 128, 128, 3, 128, 2, 8) \
-  DASH_KERNEL_ROW(96, 96, 64, 128, 2, 128, 2, 0) \
-  DASH_KERNEL_ROW(128, 128, 64, 128, 2, 128, 2, 0) \
-  DASH_KERNEL_ROW(192, 128, 64, 64, 2, 128, 2, 0) \
-  DASH_KERNEL_ROW(256, 256, 64, 64, 2, 64, 2, 0)
+  DASH_KERNEL_ROW(64, 64, 128, 128, 3, 128, 2, 8, 8) \
+  DASH_KERNEL_ROW(96, 96, 64, 128, 2, 128, 2, 0, 0) \
+  DASH_KERNEL_ROW(128, 128, 64, 128, 2, 128, 2, 0, 0) \
+  DASH_KERNEL_ROW(192, 128, 64, 64, 2, 128, 2, 0, 0) \
+  DASH_KERNEL_ROW(256, 256, 64, 64, 2, 64, 2, 0, 0)
 
 namespace dash {
 
@@ -49,10 +52,11 @@ struct KernelTableRow {
   int32_t head_dim, head_dim_v;
   int32_t bwd_block_m, bwd_block_n;
   int32_t fwd_warpgroups, fwd_block_n, fwd_stages, fwd_exp2_poly_every;
+  int32_t bwd_exp2_poly_every;
 };
 
-#define DASH_KERNEL_TABLE_ENTRY(hd, hdv, bm, bn, fwg, fbn, fst, fpoly) \
-  KernelTableRow{hd, hdv, bm, bn, fwg, fbn, fst, fpoly},
+#define DASH_KERNEL_TABLE_ENTRY(hd, hdv, bm, bn, fwg, fbn, fst, fpoly, bpoly) \
+  KernelTableRow{hd, hdv, bm, bn, fwg, fbn, fst, fpoly, bpoly},
 inline constexpr KernelTableRow kKernelTable[] = {DASH_KERNEL_TABLE(DASH_KERNEL_TABLE_ENTRY)};
 #undef DASH_KERNEL_TABLE_ENTRY
 inline constexpr int kKernelTableRows = int(sizeof(kKernelTable) / sizeof(kKernelTable[0]));
@@ -63,7 +67,7 @@ constexpr KernelTableRow kernel_table_row(int32_t head_dim, int32_t head_dim_v =
   if (head_dim_v == 0) head_dim_v = head_dim;
   for (const KernelTableRow& row : kKernelTable)
     if (row.head_dim == head_dim && row.head_dim_v == head_dim_v) return row;
-  return KernelTableRow{0, 0, 0, 0, 0, 0, 0, 0};
+  return KernelTableRow{0, 0, 0, 0, 0, 0, 0, 0, 0};
 }
 
 // Whether the row has a backward kernel (see bwd_block_m above).

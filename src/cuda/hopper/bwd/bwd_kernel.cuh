@@ -62,6 +62,8 @@ struct BwdConfig {
   // The plan's tiles (default_backward_tiles): the host refuses a plan with other tiles.
   static constexpr int kBlockM = BwdTiles<kHeadDim, kHeadDimV>::kBlockM;  // query rows per Q tile
   static constexpr int kBlockN = BwdTiles<kHeadDim, kHeadDimV>::kBlockN;  // keys per KV tile
+  // Every kExp2PolyEvery-th exponential of P^T on the FMA pipe (exp2_polynomial) instead of MUFU (0: none).
+  static constexpr int kExp2PolyEvery = BwdTiles<kHeadDim, kHeadDimV>::kRow.bwd_exp2_poly_every;
   // Two layouts of the two MMA warpgroups (file comment): KEY SPLIT (128-key tiles), warpgroup w owns keys
   // [64w, 64w + 64) and all head-dim columns of their dK / dV; COLUMN SPLIT (64-key tiles, head dims 192 / 128 and
   // 256), both own the 64 keys, warpgroup w owns queries [32w, 32w + 32) of S^T / dP^T and half of the head-dim
@@ -155,13 +157,12 @@ struct BwdConfig {
   using SmemLayoutKt = decltype(cute::composition(
       SmemLayoutK{}, cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{},
                                                cute::Step<cute::_2, cute::_1>{})));
-  // dS^T buffers (and, in the column split, P^T buffers of the same layout). With two, alternating with the Q stage,
-  // a warpgroup may write visit v's dS^T while the other warpgroup's dQ GEMM of visit v - 1 still reads the other
-  // buffer, so the "dS free" barrier goes (visit v - 2's GEMMs, which read this buffer, completed before that
-  // warpgroup reached visit v - 1's "dS ready" barrier). Every row with two Q stages has two (at head dim 64 in place
-  // of a second dQ staging buffer, see kDqStages); head dim 256 has one of each.
-  static constexpr int kDsStages = kQStages == 2 ? 2 : 1;
-  static_assert(kDsStages == 1 || kDsStages == kQStages, "a dS^T buffer per Q stage, or one");
+  // dS^T buffers (and, in the column split, P^T buffers of the same layout): one per Q stage, indexed by the visit's
+  // stage. With two, a warpgroup may write visit v's dS^T while the other warpgroup's dQ GEMM of visit v - 1 still
+  // reads the other buffer, so the "dS free" barrier goes (visit v - 2's GEMMs, which read this buffer, completed
+  // before that warpgroup reached visit v - 1's "dS ready" barrier). Every row with two Q stages has two (at head dim
+  // 64 in place of a second dQ staging buffer, see kDqStages); head dim 256 has one of each.
+  static constexpr int kDsStages = kQStages;
   // dS^T as the MMA warpgroups produce it: (key, query, stage), query contiguous, SW128 (64 queries = 128 bytes),
   // written with stmatrix straight from the dS^T accumulator layout (no transpose) ...
   using SmemLayoutdSt = decltype(cute::tile_to_shape(
@@ -637,7 +638,13 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       warpgroup_fence_operand(tSrS);  // keep the reads of S^T below the wait
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) {
-        tSrS(i) = exp2_approx(tSrS(i) * p.scale_log2 - lse2_row[get<1>(tScS0(i))]);
+        const float x = tSrS(i) * p.scale_log2 - lse2_row[get<1>(tScS0(i))];
+        // i is a compile-time constant here (unrolled): the choice costs nothing at run time.
+        if constexpr (Config::kExp2PolyEvery > 0) {
+          tSrS(i) = i % Config::kExp2PolyEvery == Config::kExp2PolyEvery - 1 ? exp2_polynomial(x) : exp2_approx(x);
+        } else {
+          tSrS(i) = exp2_approx(x);
+        }
       }
       if (need_mask) {
         // One branch per visit (uniform across the warpgroup); the loop inside has no branches.
@@ -656,7 +663,6 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       }
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) tPr(i) = Element(tSrS(i));
-      const int ds_stage = Config::kDsStages == 1 ? 0 : st;
 
       if constexpr (!Config::kColumnSplit) {
         // dV_w += P^T dO (A = P^T from registers): it runs while dS^T is computed and stored, or (kDvAfterDs)
@@ -678,7 +684,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // operand of any wgmma here: PTX makes even reading the A registers of an in-flight wgmma undefined, which
         // is why dK += dS^T Q is issued only after this store.
         static_assert(Config::kDsStages == 2, "the key split alternates two dS^T buffers");
-        copy(ds_store, tdSr_store, tdSsdS(_, _, _, ds_stage));
+        copy(ds_store, tdSr_store, tdSsdS(_, _, _, st));
         // Generic-proxy writes read by wgmma (async proxy): each writer fences, then the barrier makes all
         // 128 x kBlockM values (both warpgroups' halves) visible before either warpgroup issues dQ.
         cutlass::arch::fence_view_async_shared();
@@ -687,7 +693,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // dQ[:, 64w..] = dS K[:, 64w..] (both from smem) first, then dK_w += dS^T Q (A = dS^T from registers):
         // the dQ partial is handed to the store warps while the dK GEMM still runs, which hides the staging copy
         // and gives the ordered add of a deterministic run a head start on the next visit.
-        Tensor tdQrdS_stage = tdQrdS(_, _, _, ds_stage);
+        Tensor tdQrdS_stage = tdQrdS(_, _, _, st);
         warpgroup_gemm<true, false>(mma_dq, tdQrdS_stage, tdQrKt, tdQrdQ);
         warpgroup_gemm<false, true>(mma_dk, tdSa, tdKrQt(_, _, _, st), tdKrdK);
         // WAIT (wgmma): groups complete in commit order (dV, dQ, dK), so at most one pending means dV and dQ are
@@ -706,8 +712,8 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // and sdS; they completed (warpgroup_wait<0> below) before that warpgroup reached this barrier. With two
         // buffers, as in the key split (no barrier).
         if constexpr (Config::kDsStages == 1) mma_barrier(kBarDsFree);
-        copy(ds_store, tPr_store, tPsPt(_, _, _, ds_stage));
-        copy(ds_store, tdSr_store, tdSsdS(_, _, _, ds_stage));
+        copy(ds_store, tPr_store, tPsPt(_, _, _, st));
+        copy(ds_store, tdSr_store, tdSsdS(_, _, _, st));
         // Each warpgroup wrote its 32 queries of P^T and dS^T; every GEMM below reads all 64. Each writer fences its
         // generic-proxy writes for the async proxy (wgmma), then the barrier makes both halves visible.
         cutlass::arch::fence_view_async_shared();
@@ -715,9 +721,9 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
 
         // dQ[:, cols_w] = dS K[:, cols_w] first (handed to the store warp while the others run), then dV_w += P^T
         // dO[:, cols_w] and dK_w += dS^T Q[:, cols_w], all from shared memory.
-        Tensor tdQrdS_stage = tdQrdS(_, _, _, ds_stage);
-        Tensor tdVrPt_stage = tdVrPt(_, _, _, ds_stage);
-        Tensor tdKrdSt_stage = tdKrdSt(_, _, _, ds_stage);
+        Tensor tdQrdS_stage = tdQrdS(_, _, _, st);
+        Tensor tdVrPt_stage = tdVrPt(_, _, _, st);
+        Tensor tdKrdSt_stage = tdKrdSt(_, _, _, st);
         warpgroup_gemm<true, false>(mma_dq, tdQrdS_stage, tdQrKt, tdQrdQ);
         warpgroup_gemm<false, false>(mma_dv, tdVrPt_stage, tdVrdOt(_, _, _, st), tdVrdV);
         warpgroup_gemm<false, false>(mma_dk, tdKrdSt_stage, tdKrQt(_, _, _, st), tdKrdK);
