@@ -29,8 +29,8 @@
 //   fwd_exp2_poly_every: every n-th exp2 of the forward on the FMA pipe instead of MUFU (0: none). At head dim 64
 //     MUFU saturates (as many exp2 per tile as the tensor cores need clocks): 1 in 8 measured +3-27%.
 //   bwd_exp2_poly_every: the same for the backward's exponentials of P^T. At head dim 64 (128 x 128 tiles: 16,384
-//     exp2 per visit beside ~2,500 tensor-core clocks of GEMMs) 1 in 8 measured +1-4% (docs/history/
-//     kernel-notes-bwd-wgmma.md, 2026-12-02 21:21).
+//     exp2 per visit beside ~2,500 tensor-core clocks of GEMMs) 1 in 8 measured +1-4% over none, 1 in 4 another
+//     -1% to +5% over 1 in 8 (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-02 21:21).
 // Backward tiles: 128-row Q tiles fit the registers at head dim <= 64; above it the dK/dV accumulators
 // (2 x 128 x head_dim fp32 over two warpgroups) leave room for 64-row Q tiles only.
 // Head dim 96 (Phi-class models) has the tiles of 128: its forward's three-warpgroup variant would need
@@ -40,7 +40,7 @@
 // 128-key tiles fit at 192 / 128. Their backward splits the head-dim columns between the warpgroups: dK and dV of
 // 128 keys would need (192 + 128) or 2 x 256 fp32 registers per thread.
 #define DASH_KERNEL_TABLE(DASH_KERNEL_ROW) \
-  DASH_KERNEL_ROW(64, 64, 128, 128, 3, 128, 2, 8, 8) \
+  DASH_KERNEL_ROW(64, 64, 128, 128, 3, 128, 2, 8, 4) \
   DASH_KERNEL_ROW(96, 96, 64, 128, 2, 128, 2, 0, 0) \
   DASH_KERNEL_ROW(128, 128, 64, 128, 2, 128, 2, 0, 0) \
   DASH_KERNEL_ROW(192, 128, 64, 64, 2, 128, 2, 0, 0) \
