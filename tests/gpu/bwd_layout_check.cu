@@ -166,15 +166,32 @@ int check(const char* name) {
       auto ct = mma.get_thread_slice(t).partition_C(id);
       const int k0 = get<0>(ct(0)), q0 = get<1>(ct(0));
       if ((t >= 128) != (C::kColumnSplit ? q0 >= C::kBlockM / 2 : k0 >= 64)) ++bad;
+      if (q0 % 2 != 0) ++bad;  // the LSE2 / delta pairs are 8-byte loads at col_base + 8j
       for (int i = 0; i < size(ct); ++i) {
         const int k = get<0>(ct(i)), q = get<1>(ct(i));
         if (k != k0 + get<0>(c0(i)) || q != q0 + get<1>(c0(i))) ++bad;
+        // Thread 0's columns are 8j + {0, 1} with j < kStatCols / 2: the LSE2 / delta registers' loads (pairs at
+        // col_base + 8j) cover them, and BwdConfig::stat_slot gives distinct columns distinct slots (below).
+        const int qc0 = get<1>(c0(i));
+        if (qc0 % 8 >= 2 || qc0 / 8 >= C::kStatCols / 2) ++bad;
         if (k < 0 || k >= C::kBlockN || q < 0 || q >= C::kBlockM) { ++bad; continue; }
         ++hits[k][q];
       }
     }
     for (auto& row : hits)
       for (int h : row) bad += h != 1;
+    // stat_slot: one slot per distinct column of thread 0, every slot of the kStatCols used.
+    {
+      int column_of_slot[C::kStatCols];
+      for (int& c : column_of_slot) c = -1;
+      for (int i = 0; i < size(c0); ++i) {
+        const int qc0 = get<1>(c0(i)), slot = C::stat_slot(qc0);
+        if (slot < 0 || slot >= C::kStatCols) { ++bad; continue; }
+        if (column_of_slot[slot] >= 0 && column_of_slot[slot] != qc0) ++bad;
+        column_of_slot[slot] = qc0;
+      }
+      for (int c : column_of_slot) bad += c < 0;
+    }
     typename C::MmadQ mma_dq;
     auto idq = make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kHeadDim>>{});
     static int hq[C::kBlockM][C::kHeadDim];

@@ -118,6 +118,16 @@ struct BwdConfig {
   static constexpr int kDqCols = kHeadDim / kDqWarpgroupsN;
   static_assert(kDqWarpgroupsM * 64 == kBlockM && kDqWarpgroupsN * kDqCols == kHeadDim && kDqCols % 16 == 0,
                 "a 64 x kDqCols dQ block per warpgroup");
+  // The query columns of S^T a thread holds (the wgmma accumulator layout): col_base + 8j + {0, 1}, j < kStatCols / 2,
+  // i.e. thread 0's register-i column c0 = 8j + {0, 1} (BwdWgmma.LayoutCheck checks it). Where they are few (16 at
+  // 64-query tiles: head dims 96, 128 and the column split) the visit keeps their LSE2 and delta in registers,
+  // loaded as 8-byte pairs: LSE2 right after the visit's wait, before the S^T / dP^T GEMMs read shared memory, and
+  // delta after the exponentials. Loaded after the S^T wait instead (the SS dP^T GEMM then reads shared memory),
+  // the first exponential waited on its load for 8% of the MMA warps' time; this placement (FA3's) measured +3-6%
+  // non-deterministic, 0-5% deterministic at head dim 128. At head dim 64 (32 columns) the loops read shared memory.
+  static constexpr int kStatCols = 2 * (kBlockM / kColWarpgroups / 8);
+  static constexpr bool kStatsInRegisters = kStatCols <= 16;
+  __host__ __device__ static constexpr int stat_slot(int c0) { return c0 / 8 * 2 + c0 % 2; }
   // Columns of dK / dV per warpgroup.
   static constexpr int kDkCols = kHeadDim / kColWarpgroups;
   static constexpr int kDvCols = kHeadDimV / kColWarpgroups;
@@ -616,6 +626,19 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       // WAIT (visit): Q, dO, LSE2, delta of this stage landed and its record is published (acquire).
       watchdog_wait(&s.q_full[st], q_state.phase, kSiteQFull);
       const VisitRecord vis = s.visit[st];
+      const int col_base = get<1>(tScS(0));
+      // This thread's LSE2 and delta (Config::kStatsInRegisters): LSE2 now, before the GEMMs below read shared
+      // memory; delta after the exponentials.
+      float lse2_reg[Config::kStatCols], delta_reg[Config::kStatCols];
+      auto load_stats = [&](float* reg, const float* row) {
+        CUTE_UNROLL
+        for (int j = 0; j < Config::kStatCols / 2; ++j) {
+          const float2 pair = *reinterpret_cast<const float2*>(row + col_base + 8 * j);
+          reg[2 * j] = pair.x;
+          reg[2 * j + 1] = pair.y;
+        }
+      };
+      if constexpr (Config::kStatsInRegisters) load_stats(lse2_reg, s.lse2[st]);
 
       // S^T = K Q^T and dP^T = V dO^T (this warpgroup's keys, or queries), one commit group each.
       warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), tSrS);
@@ -629,16 +652,20 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       // (written this way because ptxas hoisted 16 per-column values out of the loops and spilled).
       const bool need_mask = (vis.flags & DASH_VISIT_PARTIAL_MASK) || (vis.kv_tile + 1) * kBlockN > vis.seqlen_k;
       const int key_base = vis.kv_tile * kBlockN + get<0>(tScS(0));
-      const int col_base = get<1>(tScS(0));
-      const float* lse2_row = &s.lse2[st][col_base];
-      const float* delta_row = &s.delta[st][col_base];
+      // Thread 0's column c0 of register i (a compile-time constant) is this thread's col_base + c0.
+      auto lse2_of = [&](int c0) {
+        return Config::kStatsInRegisters ? lse2_reg[Config::stat_slot(c0)] : s.lse2[st][col_base + c0];
+      };
+      auto delta_of = [&](int c0) {
+        return Config::kStatsInRegisters ? delta_reg[Config::stat_slot(c0)] : s.delta[st][col_base + c0];
+      };
 
       // WAIT (wgmma): S^T's group (committed first) is complete; dP^T's may still run while P is computed.
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);  // keep the reads of S^T below the wait
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) {
-        const float x = tSrS(i) * p.scale_log2 - lse2_row[get<1>(tScS0(i))];
+        const float x = tSrS(i) * p.scale_log2 - lse2_of(get<1>(tScS0(i)));
         // i is a compile-time constant here (unrolled): the choice costs nothing at run time.
         if constexpr (Config::kExp2PolyEvery > 0) {
           tSrS(i) = i % Config::kExp2PolyEvery == Config::kExp2PolyEvery - 1 ? exp2_polynomial(x) : exp2_approx(x);
@@ -646,6 +673,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
           tSrS(i) = exp2_approx(x);
         }
       }
+      if constexpr (Config::kStatsInRegisters) load_stats(delta_reg, s.delta[st]);
       if (need_mask) {
         // One branch per visit (uniform across the warpgroup); the loop inside has no branches.
         // key - query = base + r0 - c0.
@@ -675,7 +703,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         warpgroup_fence_operand(tSrdP);
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
-          tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_row[get<1>(tScS0(i))]));
+          tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_of(get<1>(tScS0(i)))));
         }
         if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
 
@@ -706,7 +734,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         warpgroup_fence_operand(tSrdP);
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
-          tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_row[get<1>(tScS0(i))]));
+          tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_of(get<1>(tScS0(i)))));
         }
         // BARRIER (P / dS free), with one buffer each: the other warpgroup's GEMMs of the previous visit read sPt
         // and sdS; they completed (warpgroup_wait<0> below) before that warpgroup reached this barrier. With two
