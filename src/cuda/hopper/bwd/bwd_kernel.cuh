@@ -119,7 +119,7 @@ struct BwdConfig {
   static_assert(kDqWarpgroupsM * 64 == kBlockM && kDqWarpgroupsN * kDqCols == kHeadDim && kDqCols % 16 == 0,
                 "a 64 x kDqCols dQ block per warpgroup");
   // The query columns of S^T a thread holds (the wgmma accumulator layout): col_base + 8j + {0, 1}, j < kStatCols / 2,
-  // i.e. thread 0's register-i column c0 = 8j + {0, 1} (BwdWgmma.LayoutCheck checks it). Where they are few (16 at
+  // i.e. thread 0's register-i column c0 = 8j + {0, 1} (BwdKernel.LayoutCheck checks it). Where they are few (16 at
   // 64-query tiles: head dims 96, 128 and the column split) the visit keeps their LSE2 and delta in registers,
   // loaded as 8-byte pairs: LSE2 right after the visit's wait, before the S^T / dP^T GEMMs read shared memory, and
   // delta after the exponentials. Loaded after the S^T wait instead (the SS dP^T GEMM then reads shared memory),
@@ -767,7 +767,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       {
         // The staging layout is the store warp's (DqStaging, Config::SmemLayoutdQStaging), partitioned
         // like the accumulator. Registers 2j and 2j + 1 hold adjacent columns of one row starting at an even
-        // column, i.e. 8 aligned bytes inside one swizzled 4-float chunk (BwdWgmma.LayoutCheck checks both):
+        // column, i.e. 8 aligned bytes inside one swizzled 4-float chunk (BwdKernel.LayoutCheck checks both):
         // one 64-bit store per pair (CuTe's copy cannot see through the swizzle and issued two 32-bit stores,
         // 12% of the MMA warps' stall samples at head dim 128; halving them changed no measured speed).
         Tensor sdQ = make_tensor(make_smem_ptr(s.dq[dq_stage]), typename Config::SmemLayoutdQStaging{});
