@@ -20,7 +20,8 @@ import time
 
 import torch
 
-from record import Case, config_name, dash_impls, fa3_impls, grid, load_fa3  # bench/record.py, beside this file
+# bench/record.py, beside this file
+from record import Case, config_name, dash_impls, fa3_impls, grid, load_fa3, time_cuda
 
 FIELDS = ["timestamp", "clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active"]
 
@@ -55,17 +56,12 @@ def read_smi(path):
 
 
 def run_phase(fn, seconds):
-    """Per-call ms of back-to-back calls for about `seconds`, in batches of 10 (one synchronise per batch)."""
+    """Per-call ms of back-to-back calls for about `seconds`: record.py's timer in batches of 10 (one synchronise per
+    batch, no warm-up between batches)."""
     times = []
     t_end = time.time() + seconds
     while time.time() < t_end:
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(10)]
-        for start, end in events:
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-        times += [s.elapsed_time(e) for s, e in events]
+        times += time_cuda(fn, warmup=0, reps=10)
     return times
 
 
@@ -117,7 +113,8 @@ def main():
             smi.terminate()
     samples = read_smi(log) if smi is not None else []
     os.unlink(log)
-    print(f"{'config':34s} {'impl':9s} {'mode':16s} {'schedule':16s} rnd  calls  TF/s first  last  median   SM MHz  watts  degC  reasons")
+    print(f"{'config':34s} {'impl':9s} {'mode':16s} {'schedule':16s} rnd  calls  TF/s first  last  median"
+          "   SM MHz  watts  degC  reasons")
     out = open(args.out, "w") if args.out else None
     for r in results:
         inside = [s for s in samples if r["t0"] <= s[0] <= r["t1"]]
@@ -126,8 +123,9 @@ def main():
         r["celsius"] = statistics.median(s[3] for s in inside) if inside else None
         r["reasons"] = sorted({s[4] for s in inside})
         tf = lambda ms: r["flops"] / (ms * 1e-3) / 1e12
-        print(f"{r['config']:34s} {r['impl']:9s} {r['mode']:16s} {r['schedule'] or '':16s} {r['round']:3d} {r['calls']:6d} {tf(r['first']):10.0f}"
-              f" {tf(r['last']):5.0f} {tf(r['median']):7.0f}   {r['sm_mhz'] or 0:6.0f} {r['watts'] or 0:6.0f}"
+        print(f"{r['config']:34s} {r['impl']:9s} {r['mode']:16s} {r['schedule'] or '':16s} {r['round']:3d}"
+              f" {r['calls']:6d} {tf(r['first']):10.0f} {tf(r['last']):5.0f} {tf(r['median']):7.0f}"
+              f"   {r['sm_mhz'] or 0:6.0f} {r['watts'] or 0:6.0f}"
               f" {r['celsius'] or 0:5.0f}  {','.join(r['reasons'])}")
         if out:
             out.write(json.dumps(r) + "\n")

@@ -652,12 +652,10 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       // (written this way because ptxas hoisted 16 per-column values out of the loops and spilled).
       const bool need_mask = (vis.flags & DASH_VISIT_PARTIAL_MASK) || (vis.kv_tile + 1) * kBlockN > vis.seqlen_k;
       const int key_base = vis.kv_tile * kBlockN + get<0>(tScS(0));
-      // Thread 0's column c0 of register i (a compile-time constant) is this thread's col_base + c0.
-      auto lse2_of = [&](int c0) {
-        return Config::kStatsInRegisters ? lse2_reg[Config::stat_slot(c0)] : s.lse2[st][col_base + c0];
-      };
-      auto delta_of = [&](int c0) {
-        return Config::kStatsInRegisters ? delta_reg[Config::stat_slot(c0)] : s.delta[st][col_base + c0];
+      // Column c0 of thread 0's register i (a compile-time constant) is this thread's col_base + c0: its LSE2 or
+      // delta from the registers (kStatsInRegisters) or from the stage's row in shared memory.
+      auto stat_of = [&](const float* reg, const float* row, int c0) {
+        return Config::kStatsInRegisters ? reg[Config::stat_slot(c0)] : row[col_base + c0];
       };
 
       // WAIT (wgmma): S^T's group (committed first) is complete; dP^T's may still run while P is computed.
@@ -665,7 +663,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       warpgroup_fence_operand(tSrS);  // keep the reads of S^T below the wait
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) {
-        const float x = tSrS(i) * p.scale_log2 - lse2_of(get<1>(tScS0(i)));
+        const float x = tSrS(i) * p.scale_log2 - stat_of(lse2_reg, s.lse2[st], get<1>(tScS0(i)));
         // i is a compile-time constant here (unrolled): the choice costs nothing at run time.
         if constexpr (Config::kExp2PolyEvery > 0) {
           tSrS(i) = i % Config::kExp2PolyEvery == Config::kExp2PolyEvery - 1 ? exp2_polynomial(x) : exp2_approx(x);
@@ -703,7 +701,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         warpgroup_fence_operand(tSrdP);
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
-          tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_of(get<1>(tScS0(i)))));
+          tdSr(i) = Element(tSrS(i) * (tSrdP(i) - stat_of(delta_reg, s.delta[st], get<1>(tScS0(i)))));
         }
         if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
 
@@ -734,7 +732,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         warpgroup_fence_operand(tSrdP);
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
-          tdSr(i) = Element(tSrS(i) * (tSrdP(i) - delta_of(get<1>(tScS0(i)))));
+          tdSr(i) = Element(tSrS(i) * (tSrdP(i) - stat_of(delta_reg, s.delta[st], get<1>(tScS0(i)))));
         }
         // BARRIER (P / dS free), with one buffer each: the other warpgroup's GEMMs of the previous visit read sPt
         // and sdS; they completed (warpgroup_wait<0> below) before that warpgroup reached this barrier. With two
