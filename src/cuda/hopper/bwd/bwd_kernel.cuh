@@ -240,6 +240,9 @@ struct BwdConfig {
       decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensorOf<kHeadDimV>{}, SmemLayoutdOStage{}));
   using TmaLoadK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensorOf<kHeadDim>{}, SmemLayoutK{}));
   using TmaLoadV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensorOf<kHeadDimV>{}, SmemLayoutV{}));
+  // dK / dV leave through the K / V buffer (the segment epilogue): the same boxes, stored.
+  using TmaStoredK = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensorOf<kHeadDim>{}, SmemLayoutK{}));
+  using TmaStoredV = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensorOf<kHeadDimV>{}, SmemLayoutV{}));
 
   static constexpr uint32_t kQTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kdOTileBytes = kBlockM * kHeadDimV * sizeof(Element);
@@ -255,6 +258,8 @@ struct BwdKernelParams {
   typename Config::TmaLoaddO tma_do;
   typename Config::TmaLoadK tma_k;
   typename Config::TmaLoadV tma_v;
+  typename Config::TmaStoredK tma_dk;  // dK / dV have K's / V's shapes (shape_k, shape_v)
+  typename Config::TmaStoredV tma_dv;
   typename Config::GmemShape shape_q;
   typename Config::GmemShapeV shape_do;
   typename Config::GmemShape shape_k;
@@ -305,9 +310,9 @@ struct BwdSmem {
   alignas(128) float lse2[Config::kQStages][kBlockM];   // bulk-copy destinations: 16-byte aligned
   alignas(128) float delta[Config::kQStages][kBlockM];
   VisitRecord visit[Config::kQStages];
-  // Two slots, alternating with kv_full's phase: the MMA warps release the K/V buffer before their segment
-  // epilogue but still read the segment's record there; the producer rewrites a slot only after the
-  // following segment's kv_empty, i.e. after that epilogue.
+  // Two slots, alternating with kv_full's phase: the MMA warps may release the K/V buffer before their segment
+  // epilogue ends (split-head GQA: before its adds) but still read the segment's record there; the producer
+  // rewrites a slot only after the following segment's kv_empty, i.e. after that epilogue.
   SegmentRecord segment[2];
   DqHandoff handoff[kDqStages];
   alignas(8) uint64_t kv_full;                     // producer arrive + K/V bytes
@@ -438,9 +443,18 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
 
     for (int sgi = 0; sgi < item.num_segments; ++sgi) {
       const dash_segment seg = plan.segment(work, sgi);
+      auto [tKgK, tKsK] = tma_partition(P.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                        group_modes<0, 2>(kv_tile(mK, seg.kv_tile)));
+      auto [tVgV, tVsV] = tma_partition(P.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                        group_modes<0, 2>(kv_tile(mV, seg.kv_tile)));
+      // PREFETCH (L2) the tile's K / V while the MMA warps still work on the previous segment: the load below
+      // waits for them to free the buffer, and then reads L2 instead of HBM.
+      cute::prefetch(P.tma_k, tKgK);
+      cute::prefetch(P.tma_v, tVgV);
       // WAIT (K/V buffer free): every MMA thread arrived on kv_empty after its last GEMM reading K/V of the
-      // previous segment completed (warpgroup_wait) and after it copied the segment record. The MMA warps
-      // only wait on this CTA's producer and store warps, whose waits end (DEADLOCK.md), so this ends too.
+      // previous segment completed (warpgroup_wait), after it copied the segment record, and (a segment whose
+      // dK / dV leave through the buffer) after the TMA stores of its dK / dV read it. The MMA warps only wait on
+      // this CTA's producer and store warps, whose waits end (DEADLOCK.md), so this ends too.
       watchdog_wait(&s.kv_empty, kv_phase ^ 1u, kSiteKvEmpty);
       s.segment[kv_phase] = SegmentRecord{0,
                                           b,
@@ -455,10 +469,6 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
                                           work.kv_tile_begin};
       // The arrive (release.cta) publishes the record above; the TMA completes the transaction bytes. The MMA
       // warps' wait on kv_full acquires both. Rows past seqlen_k are zero-filled by TMA and still counted.
-      auto [tKgK, tKsK] = tma_partition(P.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                        group_modes<0, 2>(kv_tile(mK, seg.kv_tile)));
-      auto [tVgV, tVsV] = tma_partition(P.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                        group_modes<0, 2>(kv_tile(mV, seg.kv_tile)));
       mbarrier_arrive_expect_tx(&s.kv_full, Config::kKTileBytes + Config::kVTileBytes);
       copy(P.tma_k.with(s.kv_full), tKgK, tKsK);
       copy(P.tma_v.with(s.kv_full), tVgV, tVsV);
@@ -517,7 +527,6 @@ template <class Config>
 __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>& s, int thread) {
   using namespace cute;
   using Element = typename Config::Element;
-  using StdElement = typename Config::StdElement;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
   constexpr int kHeadDimV = Config::kHeadDimV, kDqStages = Config::kDqStages;
   const BwdParams& p = P.base;
@@ -596,6 +605,15 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   Tensor tPsPt = thr_ds_store.partition_D(as_position_independent_swizzle_tensor(sPt));
   Tensor tdSr_store = thr_ds_store.retile_S(tdSr);
   Tensor tPr_store = thr_ds_store.retile_S(tPr);
+  // The segment epilogue's dK / dV into the K / V buffer, the same way, and the global tensors it stores to.
+  auto dk_store = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Config::MmadK{});
+  auto dv_store = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Config::MmadV{});
+  auto thr_dk_store = dk_store.get_thread_slice(thread);
+  auto thr_dv_store = dv_store.get_thread_slice(thread);
+  Tensor tdKsK_store = thr_dk_store.partition_D(as_position_independent_swizzle_tensor(sK));
+  Tensor tdVsV_store = thr_dv_store.partition_D(as_position_independent_swizzle_tensor(sV));
+  Tensor mdK = P.tma_dk.get_tma_tensor(P.shape_k);
+  Tensor mdV = P.tma_dv.get_tma_tensor(P.shape_v);
 
   PipelineState<Config::kQStages> q_state;
   uint32_t kv_phase = 0;
@@ -801,11 +819,6 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       mbarrier_arrive(&s.q_empty[st]);
       q_state.advance();
     }
-    // RELEASE (K/V buffer) to the producer, one arrival per thread as for the Q stage: every GEMM reading K/V
-    // completed at the last visit's warpgroup_wait<0> (or none ran). The next segment's K/V load then overlaps
-    // this epilogue.
-    mbarrier_arrive(&s.kv_empty);
-
     // ---- segment epilogue: dK / dV of this KV tile (this unit's share) ----
     // The record's slot stays valid until the next segment's kv_empty (see BwdSmem::segment).
     const int seg_b = seg.b, seg_head_kv = seg.head_kv, seg_kv_tile = seg.kv_tile, seg_group_rank = seg.group_rank;
@@ -814,31 +827,51 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
     CUTE_UNROLL
     for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= p.softmax_scale;
     if (!seg_split_dkv) {
-      // This CTA holds the complete dK/dV of the tile: store them (keys past seqlen_k dropped). Registers 2j and
-      // 2j + 1 are adjacent columns of one row (BwdKernel.LayoutCheck). Where dK and dV have one layout (the key
-      // split), one loop stores both, with one key test per pair.
-      auto row_of = [&](dash_tensor const& t, int key) {
-        return static_cast<StdElement*>(t.data) + seg_b * t.batch_stride + int64_t(seg_k_row + key) * t.seq_stride +
-               seg_head_kv * t.head_stride;
-      };
-      constexpr bool kOneLayout = kHeadDim == kHeadDimV && !Config::kColumnSplit;
-      auto store_rows = [&](dash_tensor const& t, auto const& acc, auto const& coords) {
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc); i += 2) {
-          const int key = seg_kv_tile * kBlockN + get<0>(coords(i));
-          if (key < seg_seqlen_k) {
-            *reinterpret_cast<uint32_t*>(row_of(t, key) + get<1>(coords(i))) =
-                pack_pair<StdElement>(acc(i), acc(i + 1));
-            if constexpr (kOneLayout) {
-              *reinterpret_cast<uint32_t*>(row_of(p.dv, key) + get<1>(coords(i))) =
-                  pack_pair<StdElement>(tdVrdV(i), tdVrdV(i + 1));
-            }
-          }
-        }
-      };
-      store_rows(p.dk, tdKrdK, tdKc);
-      if constexpr (!kOneLayout) store_rows(p.dv, tdVrdV, tdVc);
+      // This CTA holds the complete dK/dV of the tile. They leave through the K/V buffer, which no GEMM reads any
+      // more, as two TMA stores: stmatrix into the buffer, then one thread stores both boxes (rows past the
+      // sequence's end lie outside the boxes' bounds and are dropped). Stored from registers, 4 bytes per lane and
+      // instruction, the epilogue held a quarter of the MMA warps' time at 1k tokens (ncu, 2026-12-03).
+      // BARRIER (K/V buffer): each thread's GEMMs of the last visit completed at its warpgroup_wait<0>; the other
+      // warpgroup's (dQ = dS K reads every key of K) have completed once all 256 threads are here.
+      mma_barrier(kBarMma);
+      Tensor rdK = make_tensor<Element>(tdKrdK.layout());
+      Tensor rdV = make_tensor<Element>(tdVrdV.layout());
+      CUTE_UNROLL
+      for (int i = 0; i < size(tdKrdK); ++i) rdK(i) = Element(tdKrdK(i));
+      CUTE_UNROLL
+      for (int i = 0; i < size(tdVrdV); ++i) rdV(i) = Element(tdVrdV(i));
+      copy(dk_store, thr_dk_store.retile_S(rdK), tdKsK_store);
+      copy(dv_store, thr_dv_store.retile_S(rdV), tdVsV_store);
+      // Generic-proxy writes read by the TMA store (async proxy): each writer fences, then the barrier makes the
+      // whole tile visible before thread 0 issues the stores.
+      cutlass::arch::fence_view_async_shared();
+      mma_barrier(kBarMma);
+      if (thread == 0) {
+        const bool varlen = p.sequences != nullptr;
+        auto kv_tile_out = [&](auto const& mT) {
+          const BoxRows box = box_rows(varlen, seg_b, seg_k_row, seg_kv_tile * kBlockN, seg_seqlen_k);
+          return local_tile(domain_offset(make_coord(box.x, _0{}), mT(_, _, seg_head_kv, box.y, box.z)),
+                            make_shape(Int<kBlockN>{}, get<1>(shape(mT))), make_coord(_0{}, _0{}));
+        };
+        auto [tdKgdK, tdKsK] = tma_partition(P.tma_dk, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                             group_modes<0, 2>(kv_tile_out(mdK)));
+        auto [tdVgdV, tdVsV] = tma_partition(P.tma_dv, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                             group_modes<0, 2>(kv_tile_out(mdV)));
+        copy(P.tma_dk, tdKsK, tdKgdK);
+        copy(P.tma_dv, tdVsV, tdVgdV);
+        tma_store_arrive();
+        // WAIT (bulk read): the stores have read the buffer before the producer may load the next K / V into it.
+        // Their global writes complete on their own (nothing in this kernel reads dK / dV).
+        tma_store_wait<0>();
+      }
+      // RELEASE (K/V buffer) to the producer, one arrival per thread as for the Q stage: thread 0's after its
+      // stores read the buffer, so the phase completes only then.
+      mbarrier_arrive(&s.kv_empty);
     } else {
+      // RELEASE (K/V buffer) to the producer, one arrival per thread as for the Q stage: every GEMM reading K/V
+      // completed at the last visit's warpgroup_wait<0> (or none ran). The next segment's K/V load then overlaps
+      // the adds below, which read registers only.
+      mbarrier_arrive(&s.kv_empty);
       // Split-head GQA: add this query head's share into the fp32 accumulators in group_head_by_rank order.
       int32_t* turn = plan.dkv_turn(seg_b, seg_head_kv, seg_kv_tile_begin + seg_kv_tile);
       if (p.deterministic) {

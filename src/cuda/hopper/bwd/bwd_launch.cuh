@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // hopper/bwd/bwd_launch.cuh — host side of the Hopper backward for one (head dims, dtype): TMA descriptors over the
-// caller's strided Q / dO / K / V, then preprocess, the plan-executing main kernel and convert, on the caller's
-// stream. Included only by the generated instantiation files
-// (src/cuda/CMakeLists.txt). Validation and the zeroing of the workspace live in src/cuda/bwd/.
+// caller's strided Q / dO / K / V and dK / dV, then preprocess, the plan-executing main kernel and convert, on the
+// caller's stream. Included only by the generated instantiation files (src/cuda/CMakeLists.txt). Validation and
+// the zeroing of the workspace live in src/cuda/bwd/.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,7 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
   using StdElement = typename Config::StdElement;
   constexpr int kBlockM = Config::kBlockM;
 
-  // TMA descriptors over the caller's strided Q / dO / K / V.
+  // TMA descriptors over the caller's strided Q / dO / K / V (loads) and dK / dV (stores).
   // Varlen: ragged views of the packed tensors (hopper/varlen.cuh).
   const bool varlen = params.sequences != nullptr;
   auto rows_of = [&](dash_tensor const& t, int seqlen, int heads, auto cols) {
@@ -38,12 +38,16 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
   auto gdO = rows_of(params.dout, params.mask.seqlen_q, params.heads_q, Int<kHeadDimV>{});
   auto gK = rows_of(params.k, params.mask.seqlen_k, params.heads_kv, Int<kHeadDim>{});
   auto gV = rows_of(params.v, params.mask.seqlen_k, params.heads_kv, Int<kHeadDimV>{});
+  auto gdK = rows_of(params.dk, params.mask.seqlen_k, params.heads_kv, Int<kHeadDim>{});
+  auto gdV = rows_of(params.dv, params.mask.seqlen_k, params.heads_kv, Int<kHeadDimV>{});
   BwdKernelParams<Config> kernel_params{
       params,
       make_tma_copy(SM90_TMA_LOAD{}, gQ, typename Config::SmemLayoutQStage{}),
       make_tma_copy(SM90_TMA_LOAD{}, gdO, typename Config::SmemLayoutdOStage{}),
       make_tma_copy(SM90_TMA_LOAD{}, gK, typename Config::SmemLayoutK{}),
       make_tma_copy(SM90_TMA_LOAD{}, gV, typename Config::SmemLayoutV{}),
+      make_tma_copy(SM90_TMA_STORE{}, gdK, typename Config::SmemLayoutK{}),
+      make_tma_copy(SM90_TMA_STORE{}, gdV, typename Config::SmemLayoutV{}),
       gQ.shape(),
       gdO.shape(),
       gK.shape(),
@@ -52,7 +56,9 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
   if (dash_status s = tma::check_descriptors({{"q", kernel_params.tma_q.get_tma_descriptor()},
                                               {"dout", kernel_params.tma_do.get_tma_descriptor()},
                                               {"k", kernel_params.tma_k.get_tma_descriptor()},
-                                              {"v", kernel_params.tma_v.get_tma_descriptor()}},
+                                              {"v", kernel_params.tma_v.get_tma_descriptor()},
+                                              {"dk", kernel_params.tma_dk.get_tma_descriptor()},
+                                              {"dv", kernel_params.tma_dv.get_tma_descriptor()}},
                                              error);
       s != DASH_OK) {
     return s;
