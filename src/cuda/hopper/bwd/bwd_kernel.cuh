@@ -96,11 +96,11 @@ struct BwdConfig {
   // and two dS^T buffers measured +1-6% over two staging buffers in both modes (docs/history/kernel-notes-bwd-wgmma.md,
   // 2026-12-02 16:18); the column split holds only one.
   static constexpr int kDqStages = kColumnSplit || kBlockM == 128 ? 1 : 2;
-  // Issue dV += P^T dO after dS^T is computed instead of before (key split). At kBlockM = 128 the dS^T loop holds S^T
-  // and dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
+  // Issue dV += P^T dO after dS^T is computed and stored instead of before (key split). At kBlockM = 128 the dS^T loop
+  // holds S^T and dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
   // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled; 16%
-  // slower on the H200). Issued after the loop, dV still overlaps the dS^T store and the barriers. At
-  // kBlockM = 64 the early dV measured 1-4% faster. DASH_BWD_DV_AFTER_DS = 0 or 1 forces one order for both
+  // slower on the H200). Issued after the store (FA3's order at this tile), dV still overlaps the barriers and the
+  // dQ GEMM. At kBlockM = 64 the early dV measured 1-4% faster. DASH_BWD_DV_AFTER_DS = 0 or 1 forces one order for both
   // head dims (tuning experiments only; docs/history/kernel-notes-bwd-wgmma.md).
 #ifndef DASH_BWD_DV_AFTER_DS
 #define DASH_BWD_DV_AFTER_DS -1
@@ -710,7 +710,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
 
       if constexpr (!Config::kColumnSplit) {
         // dV_w += P^T dO (A = P^T from registers): it runs while dS^T is computed and stored, or (kDvAfterDs)
-        // only while dS^T is stored.
+        // from after the dS^T store.
         if constexpr (!Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
 
         // WAIT (wgmma): groups complete in commit order, so at most one pending (dV, if issued) means dP^T is
@@ -721,7 +721,6 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         for (int i = 0; i < size(tSrS); ++i) {
           tdSr(i) = Element(tSrS(i) * (tSrdP(i) - stat_of(delta_reg, s.delta[st], get<1>(tScS0(i)))));
         }
-        if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
 
         // No "dS free" barrier: this visit's dS^T buffer (two, Config::kDsStages) was last read by visit v - 2's dQ
         // GEMMs, complete before either warpgroup passed visit v - 1's "dS ready" barrier below. tdSr is not yet an
@@ -729,6 +728,9 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // is why dK += dS^T Q is issued only after this store.
         static_assert(Config::kDsStages == 2, "the key split alternates two dS^T buffers");
         copy(ds_store, tdSr_store, tdSsdS(_, _, _, st));
+        // kDvAfterDs: dV is issued only now, after the dS^T store (issued between the dS^T loop and the store, it
+        // measured 3-6% slower: docs/history/kernel-notes-bwd-wgmma.md, 2026-12-03).
+        if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
         // Generic-proxy writes read by wgmma (async proxy): each writer fences, then the barrier makes all
         // 128 x kBlockM values (both warpgroups' halves) visible before either warpgroup issues dQ.
         cutlass::arch::fence_view_async_shared();
