@@ -100,8 +100,10 @@ struct BwdConfig {
   // holds S^T and dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
   // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled; 16%
   // slower on the H200). Issued after the store (FA3's order at this tile), dV still overlaps the barriers and the
-  // dQ GEMM. At kBlockM = 64 the early dV measured 1-4% faster. DASH_BWD_DV_AFTER_DS = 0 or 1 forces one order for both
-  // head dims (tuning experiments only; docs/history/kernel-notes-bwd-wgmma.md).
+  // dQ GEMM. At kBlockM = 64 the early dV measured 1-4% faster than one issued before the store (2026-12-01); issued
+  // after the store it measured 1-4% faster than the early one (2026-12-03, DASH_BWD_DV_AFTER_DS=1, not yet through
+  // the GPU checks). DASH_BWD_DV_AFTER_DS = 0 or 1 forces one order for every key-split row (tuning experiments only;
+  // docs/history/kernel-notes-bwd-wgmma.md).
 #ifndef DASH_BWD_DV_AFTER_DS
 #define DASH_BWD_DV_AFTER_DS -1
 #endif
