@@ -96,18 +96,6 @@ struct BwdConfig {
   // and two dS^T buffers measured +1-6% over two staging buffers in both modes (docs/history/kernel-notes-bwd-wgmma.md,
   // 2026-12-02 16:18); the column split holds only one.
   static constexpr int kDqStages = kColumnSplit || kBlockM == 128 ? 1 : 2;
-  // Issue dV += P^T dO after dS^T is computed and stored instead of before (key split). At kBlockM = 128 the dS^T loop
-  // holds S^T and dP^T (64 + 64 fp32), dK, dV (32 + 32) and P^T (32), and a wgmma in flight there pins its registers:
-  // ptxas then serialised every wgmma of the kernel ("insufficient register resources", 48 B spilled; 16%
-  // slower on the H200). Issued after the store (FA3's order at this tile), dV still overlaps the barriers and the
-  // dQ GEMM. At kBlockM = 64 the early dV measured 1-4% faster than one issued before the store (2026-12-01); issued
-  // after the store it measured 1-4% faster than the early one (2026-12-03, DASH_BWD_DV_AFTER_DS=1, not yet through
-  // the GPU checks). DASH_BWD_DV_AFTER_DS = 0 or 1 forces one order for every key-split row (tuning experiments only;
-  // docs/history/kernel-notes-bwd-wgmma.md).
-#ifndef DASH_BWD_DV_AFTER_DS
-#define DASH_BWD_DV_AFTER_DS -1
-#endif
-  static constexpr bool kDvAfterDs = DASH_BWD_DV_AFTER_DS < 0 ? kBlockM == 128 : DASH_BWD_DV_AFTER_DS != 0;
   // Warps 1 .. kDqStages of warpgroup 0 drain the dQ staging buffers, one buffer each (store_warp_loop): with two,
   // one buffer's hand-off (turn wait, bulk reduce-add, completion, release) overlaps the other's.
   static constexpr int kStoreWarps = kDqStages;
@@ -711,13 +699,8 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       for (int i = 0; i < size(tSrS); ++i) tPr(i) = Element(tSrS(i));
 
       if constexpr (!Config::kColumnSplit) {
-        // dV_w += P^T dO (A = P^T from registers): it runs while dS^T is computed and stored, or (kDvAfterDs)
-        // from after the dS^T store.
-        if constexpr (!Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
-
-        // WAIT (wgmma): groups complete in commit order, so at most one pending (dV, if issued) means dP^T is
-        // complete.
-        warpgroup_wait<Config::kDvAfterDs ? 0 : 1>();
+        // WAIT (wgmma): dP^T complete (no other group is pending).
+        warpgroup_wait<0>();
         warpgroup_fence_operand(tSrdP);
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
@@ -730,9 +713,12 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // is why dK += dS^T Q is issued only after this store.
         static_assert(Config::kDsStages == 2, "the key split alternates two dS^T buffers");
         copy(ds_store, tdSr_store, tdSsdS(_, _, _, st));
-        // kDvAfterDs: dV is issued only now, after the dS^T store (issued between the dS^T loop and the store, it
-        // measured 3-6% slower: docs/history/kernel-notes-bwd-wgmma.md, 2026-12-03).
-        if constexpr (Config::kDvAfterDs) warpgroup_gemm<false, true>(mma_dv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
+        // dV_w += P^T dO (A = P^T from registers), issued only now, after the dS^T store (FA3's order): it runs
+        // during the barrier below and the dQ GEMM. Issued before dS^T was computed, its in-flight A registers
+        // made ptxas serialise every wgmma at 128-row Q tiles (16% slower), and it measured 1-3% slower at 64-row
+        // ones; issued between the dS^T loop and the store, 3-6% slower at 128 rows, its issue queued with the
+        // stmatrix stores (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-03).
+        warpgroup_gemm<false, true>(mma_dv, tPa, tdVrdOt(_, _, _, st), tdVrdV);
         // Generic-proxy writes read by wgmma (async proxy): each writer fences, then the barrier makes all
         // 128 x kBlockM values (both warpgroups' halves) visible before either warpgroup issues dQ.
         cutlass::arch::fence_view_async_shared();
