@@ -679,7 +679,18 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
           tSrS(i) = exp2_approx(x);
         }
       }
-      if constexpr (Config::kStatsInRegisters) load_stats(delta_reg, s.delta[st]);
+      // P^T in Element for the dV GEMM. Where every exponential is a MUFU.EX2, converting here, before the mask
+      // branch, lets ptxas issue the conversions between the MUFU.EX2s; converted after the branch, a thread's 32
+      // MUFU.EX2s went back to back and the MMA warps stalled on them 4.5x as often as on FA3's (ncu), +1-8% at
+      // head dim 128. A masked visit converts again. At head dim 64 the polynomial exponentials already sit between
+      // the MUFU.EX2s, and the early conversion measured 2-3% slower (docs/history/kernel-notes-bwd-wgmma.md,
+      // 2026-12-03 06:32).
+      constexpr bool kConvertBeforeMask = Config::kExp2PolyEvery == 0;
+      auto convert_p = [&] {
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) tPr(i) = Element(tSrS(i));
+      };
+      if constexpr (kConvertBeforeMask) convert_p();
       if (need_mask) {
         // One branch per visit (uniform across the warpgroup); the loop inside has no branches.
         // key - query = base + r0 - c0.
@@ -694,9 +705,10 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
           const int r0 = get<0>(tScS0(i)), c0 = get<1>(tScS0(i));
           tSrS(i) = (r0 >= keys_left || above > c0 - r0 || below < c0 - r0) ? 0.f : tSrS(i);
         }
+        if constexpr (kConvertBeforeMask) convert_p();
       }
-      CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) tPr(i) = Element(tSrS(i));
+      if constexpr (!kConvertBeforeMask) convert_p();
+      if constexpr (Config::kStatsInRegisters) load_stats(delta_reg, s.delta[st]);
 
       if constexpr (!Config::kColumnSplit) {
         // WAIT (wgmma): dP^T complete (no other group is pending).
