@@ -64,6 +64,13 @@ struct BwdConfig {
   static constexpr int kBlockN = BwdTiles<kHeadDim, kHeadDimV>::kBlockN;  // keys per KV tile
   // Every kExp2PolyEvery-th exponential of P^T on the FMA pipe (exp2_polynomial) instead of MUFU (0: none).
   static constexpr int kExp2PolyEvery = BwdTiles<kHeadDim, kHeadDimV>::kRow.bwd_exp2_poly_every;
+  // P^T is converted to Element before the visit's mask branch (a masked visit converts again) where every
+  // exponential is a MUFU.EX2: ptxas then issues the conversions between the MUFU.EX2s. Converted after the branch,
+  // a thread's 32 MUFU.EX2s went back to back and the MMA warps stalled on them 4.5x as often as on FA3's (ncu);
+  // the early conversion measured +1-5% deterministic, +1-9% non-deterministic at head dim 128, neutral at 96. At
+  // head dim 64 the polynomial exponentials already sit between the MUFU.EX2s, and it measured 2-3% slower there
+  // (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-03 06:32).
+  static constexpr bool kConvertBeforeMask = kExp2PolyEvery == 0;
   // Two layouts of the two MMA warpgroups (file comment): KEY SPLIT (128-key tiles), warpgroup w owns keys
   // [64w, 64w + 64) and all head-dim columns of their dK / dV; COLUMN SPLIT (64-key tiles, head dims 192 / 128 and
   // 256), both own the 64 keys, warpgroup w owns queries [32w, 32w + 32) of S^T / dP^T and half of the head-dim
@@ -679,18 +686,12 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
           tSrS(i) = exp2_approx(x);
         }
       }
-      // P^T in Element for the dV GEMM. Where every exponential is a MUFU.EX2, converting here, before the mask
-      // branch, lets ptxas issue the conversions between the MUFU.EX2s; converted after the branch, a thread's 32
-      // MUFU.EX2s went back to back and the MMA warps stalled on them 4.5x as often as on FA3's (ncu), +1-8% at
-      // head dim 128. A masked visit converts again. At head dim 64 the polynomial exponentials already sit between
-      // the MUFU.EX2s, and the early conversion measured 2-3% slower (docs/history/kernel-notes-bwd-wgmma.md,
-      // 2026-12-03 06:32).
-      constexpr bool kConvertBeforeMask = Config::kExp2PolyEvery == 0;
+      // P^T in Element, the dV GEMM's operand (Config::kConvertBeforeMask says where).
       auto convert_p = [&] {
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) tPr(i) = Element(tSrS(i));
       };
-      if constexpr (kConvertBeforeMask) convert_p();
+      if constexpr (Config::kConvertBeforeMask) convert_p();
       if (need_mask) {
         // One branch per visit (uniform across the warpgroup); the loop inside has no branches.
         // key - query = base + r0 - c0.
@@ -705,9 +706,9 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
           const int r0 = get<0>(tScS0(i)), c0 = get<1>(tScS0(i));
           tSrS(i) = (r0 >= keys_left || above > c0 - r0 || below < c0 - r0) ? 0.f : tSrS(i);
         }
-        if constexpr (kConvertBeforeMask) convert_p();
+        if constexpr (Config::kConvertBeforeMask) convert_p();
       }
-      if constexpr (!kConvertBeforeMask) convert_p();
+      if constexpr (!Config::kConvertBeforeMask) convert_p();
       if constexpr (Config::kStatsInRegisters) load_stats(delta_reg, s.delta[st]);
 
       if constexpr (!Config::kColumnSplit) {
