@@ -5,8 +5,11 @@ SHA-256 of O and LSE, so that builds which should agree bitwise can be checked. 
 interleaved, then summarise: the median TFLOP/s per (config, variant), its ratio to the variant named "base", the
 per-run figures, and whether O and LSE were bitwise equal across variants.
 
-    DASH_ATTN_LIBRARY=DIR/libdash_attn.so python3 bench/forward_ab.py run VARIANT OUT.jsonl
+    DASH_ATTN_LIBRARY=DIR/libdash_attn.so [FA3_SO=_C.so] python3 bench/forward_ab.py run VARIANT OUT.jsonl
     python3 bench/forward_ab.py summary OUT.jsonl [...]
+
+With FA3_SO (FA3 upstream built from shared/fa3kit) every run also times FA3's forward right after ours on each row,
+as the variant "fa3"; the summary then gives each variant's median ratio to FA3's within the same runs.
 """
 import collections
 import hashlib
@@ -19,7 +22,7 @@ import sys
 ROWS = [(16, 1024, 16, 16, 128, 128, True), (8, 2048, 16, 16, 128, 128, True), (4, 4096, 16, 16, 128, 128, True),
         (2, 8192, 16, 16, 128, 128, True), (1, 16384, 16, 16, 128, 128, True), (2, 8192, 32, 8, 128, 128, True),
         (8, 2048, 32, 32, 64, 64, True), (2, 8192, 32, 32, 64, 64, True),
-        (2, 8192, 8, 8, 256, 256, True), (2, 8192, 16, 16, 192, 128, True),
+        (2, 8192, 16, 16, 96, 96, True), (2, 8192, 8, 8, 256, 256, True), (2, 8192, 16, 16, 192, 128, True),
         (4, 4096, 16, 16, 128, 128, False), (2, 8192, 16, 16, 128, 128, False)]
 
 
@@ -31,6 +34,10 @@ def run(variant, out_path):
     env = dict(variant=variant, commit=os.environ.get("DASH_COMMIT", "?"), call_id=os.environ.get("CALL_ID", "?"),
                gpu=torch.cuda.get_device_name(0), dtype="bfloat16")
     ops = torch.ops.dash_attn
+    fa3 = None
+    if os.environ.get("FA3_SO"):
+        torch.ops.load_library(os.environ["FA3_SO"])  # third-party, measured, never shipped
+        fa3 = torch.ops.flash_attn_3
     with open(out_path, "a") as out:
         for b, s, hq, hkv, d, dv, causal in ROWS:
             dims = f"d{d}" + (f"_dv{dv}" if dv != d else "")
@@ -51,6 +58,13 @@ def run(variant, out_path):
             for r in time_impls(env, name, [("dash-attn", "forward", forward, flops)]):
                 r["out_sha"] = sha
                 out.write(json.dumps(r) + "\n")
+            if fa3 is not None:
+                def fa3_forward(q=q, k=k, v=v, causal=causal, scale=scale):
+                    return fa3.fwd(q, k, v, softmax_scale=scale, is_causal=causal, num_splits=1)
+
+                for r in time_impls(dict(env, variant="fa3", run_variant=variant), name,
+                                    [("fa3", "forward", fa3_forward, flops)]):
+                    out.write(json.dumps(r) + "\n")
             torch.cuda.empty_cache()
 
 
@@ -60,16 +74,22 @@ def summary(paths):
     for r in rows:
         if "tflops" in r:
             runs[(r["config"], r["variant"])].append(r["tflops"])
-        shas[r["config"]].add(r.get("out_sha"))
-    variants = sorted({r["variant"] for r in rows}, key=lambda v: (v != "base", v))
+        if r["variant"] != "fa3":
+            shas[r["config"]].add(r.get("out_sha"))
+    variants = sorted({r["variant"] for r in rows}, key=lambda v: (v != "base", v == "fa3", v))
     print(f"{'config':36s}" + "".join(f"{v:>22s}" for v in variants))
     for config in dict.fromkeys(r["config"] for r in rows):
         base = statistics.median(runs[(config, "base")]) if runs.get((config, "base")) else None
         cells = []
         for v in variants:
+            if not runs[(config, v)]:  # e.g. FA3 refuses the head dim
+                cells.append(f"{'-':>22s}")
+                continue
             med = statistics.median(runs[(config, v)])
             ratio = f"{med / base:5.3f}" if base else "    -"
-            cells.append(f"  {med:7.1f} {ratio} ({','.join('%.0f' % x for x in runs[(config, v)])})")
+            fa3 = runs.get((config, "fa3"))
+            vs_fa3 = f" /fa3 {med / statistics.median(fa3):5.3f}" if fa3 and v != "fa3" else ""
+            cells.append(f"  {med:7.1f} {ratio}{vs_fa3} ({','.join('%.0f' % x for x in runs[(config, v)])})")
         print(f"{config:36s}" + "".join(cells) + ("  bits equal" if len(shas[config]) == 1 else "  BITS DIFFER"))
 
 

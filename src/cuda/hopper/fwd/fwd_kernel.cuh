@@ -339,11 +339,17 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
         warpgroup_gemm<false, true>(mma_pv, tOrP_operand, tOrVt(_, _, _, v_stage.index), tOrO);
         pass_turn();
         warpgroup_wait<1>();  // the S GEMM (committed first) is done; O += P V may still run
-        release(&smem.k_empty[k_stage.index]);
-        k_stage.advance();
-        if (n == range.begin) release(&smem.q_empty);
+        // K (and, after the last S GEMM, Q) may be released now; where it is released decides where ptxas puts the
+        // wait for O += P V below (Config::kReleaseAfterSoftmax).
+        auto release_s_operands = [&] {
+          release(&smem.k_empty[k_stage.index]);
+          k_stage.advance();
+          if (n == range.begin) release(&smem.q_empty);
+        };
+        if constexpr (!Config::kReleaseAfterSoftmax) release_s_operands();
         if (range.needs_mask(n)) mask_tile(n);
         softmax.template update<false>(scores, o_rescale);
+        if constexpr (Config::kReleaseAfterSoftmax) release_s_operands();
         warpgroup_wait<0>();  // O += P V done: O may be rescaled and P overwritten
         release(&smem.v_empty[v_stage.index]);
         v_stage.advance();
