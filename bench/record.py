@@ -76,10 +76,22 @@ def forward_flops(b, s, hq, d, causal):
     return f / 2 if causal else f
 
 
-def time_cuda(fn, warmup=3, reps=10):
-    """Per-call GPU times (ms) of `reps` calls queued back to back after `warmup` calls, synchronised once."""
+def time_cuda(fn, warmup=3, reps=10, warmup_seconds=0.0):
+    """Per-call GPU times (ms) of `reps` calls queued back to back after `warmup` calls, synchronised once.
+
+    warmup_seconds > 0: the warm-up also runs `fn` back to back for that long, so that the timed calls find the GPU
+    in the power state this kernel sustains. Under load the H200 holds its power cap (about 690 W) and lowers its
+    clock within about 60 ms; 13 calls of a forward at 8k tokens take about 25 ms, so without it a figure depends on
+    what ran before (bench/power_trace.py; docs/benchmarks.md, "Power state")."""
     for _ in range(warmup):
         fn()
+    if warmup_seconds > 0:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        while time.perf_counter() - start < warmup_seconds:
+            for _ in range(4):
+                fn()
+            torch.cuda.synchronize()
     torch.cuda.synchronize()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     for start, end in events:
@@ -264,7 +276,7 @@ def timing_row(env, case, impl, tflops, times, bitwise, rel_err, **extra):
                 B=case.b, S=case.s, Hq=case.hq, Hkv=case.hkv, D=case.d, causal=case.causal, **extra)
 
 
-def run_config(case, impls, repeats, reference_key, warmup=3, reps=10):
+def run_config(case, impls, repeats, reference_key, warmup=3, reps=10, warmup_seconds=0.0):
     """Times every impl `repeats` times, interleaved; returns {key: [median ms per repeat]} and the check results.
 
     Repeat r starts at impl r (the order rotates): the same plan timed right after the forward and later in a repeat
@@ -275,7 +287,7 @@ def run_config(case, impls, repeats, reference_key, warmup=3, reps=10):
     for r in range(repeats):
         shift = r % max(len(impls), 1)
         for impl in impls[shift:] + impls[:shift]:
-            times = time_cuda(impl.run, warmup, reps)
+            times = time_cuda(impl.run, warmup, reps, warmup_seconds)
             per_repeat[impl.key].append(statistics.median(times))
             all_times[impl.key] += times
     # The reference impl is checked first (its own error is 0); the others compare with its gradients.
@@ -307,6 +319,9 @@ def main():
     ap.add_argument("--nondet-schedules", default="auto",
                     help="comma-separated dash-attn schedules for the non-deterministic rows (default: auto; the "
                          "plan orders the work there too, though no addition waits)")
+    ap.add_argument("--warmup-seconds", type=float, default=0.0,
+                    help="before each timed batch, run the same call back to back for this long (the sustained power "
+                         "state; default 0: 3 warm-up calls only)")
     ap.add_argument("--tag", help="a name for this build of dash-attn, written into every row (A/B runs)")
     ap.add_argument("--only", help="IMPL/MODE[/SCHEDULE]: run that one 5 times on the first config and exit (for ncu)")
     args = ap.parse_args()
@@ -315,7 +330,9 @@ def main():
     props = torch.cuda.get_device_properties(0)
     env = dict(commit=args.commit or git_commit(), call_id=uuid.uuid4().hex[:12], gpu=torch.cuda.get_device_name(0),
                sm_count=props.multi_processor_count, torch=torch.__version__, cuda=torch.version.cuda,
-               dtype="bfloat16", timer="cuda-events back to back, median of 10 after 3 warm-ups")
+               dtype="bfloat16", timer="cuda-events back to back, median of 10 after 3 warm-ups" +
+               (f" and {args.warmup_seconds:g} s of the same call (sustained power state)" if args.warmup_seconds else ""),
+               warmup_seconds=args.warmup_seconds)
     fa3 = load_fa3(args.fa3) if args.fa3 else None
     fa4_func = None
     if args.fa4:
@@ -367,7 +384,8 @@ def main():
                 out.write(json.dumps(dict(env, config=case.name, impl=name, mode="all", error=error)) + "\n")
         per_repeat, all_times, checks = run_config(case, impls, args.repeats,
                                                    ("cudnn", "nondeterministic", None) if not args.quick
-                                                   and not args.no_cudnn else ("fa3", "nondeterministic", None))
+                                                   and not args.no_cudnn else ("fa3", "nondeterministic", None),
+                                                   warmup_seconds=args.warmup_seconds)
         results = {}
         for impl in impls:
             flops = case.fwd_flops * (1.0 if impl.mode == "forward" else 2.5)

@@ -5,7 +5,7 @@
 # run; bench/record_ab.py prints each build's median TFLOP/s and its ratio to the first build.
 #
 #   scripts/gpu_record_ab.sh [--fa3 SO] [--rounds N] [--configs LIST] [--schedules LIST] [--nondet-schedules LIST]
-#                            TAG=LIBDIR [TAG=LIBDIR ...]
+#                            [--warmup-seconds S] TAG=LIBDIR [TAG=LIBDIR ...]
 #
 # LIBDIR holds a libdash_attn.so (e.g. a build directory, or a folder of carried libraries). Rows go to
 # $OUT/ab-<TAG>.jsonl, the comparison to $OUT/ab-summary.txt.
@@ -18,6 +18,7 @@ configs="b2_s8192_hq16_hkv16_d128_causal,b4_s4096_hq16_hkv16_d128_full,b1_s16384
 schedules=auto
 nondet_schedules=auto
 fa3_args=()
+warmup_args=()
 builds=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -26,6 +27,7 @@ while [ $# -gt 0 ]; do
     --configs) configs="$2"; shift 2 ;;
     --schedules) schedules="$2"; shift 2 ;;
     --nondet-schedules) nondet_schedules="$2"; shift 2 ;;
+    --warmup-seconds) warmup_args=(--warmup-seconds "$2"); shift 2 ;;
     *=*) builds+=("$1"); shift ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
@@ -43,7 +45,7 @@ for round in $(seq 1 "$rounds"); do
     tag="${build%%=*}"; lib="${build#*=}"
     echo "== round $round: $tag ($lib)"
     DASH_ATTN_LIBRARY="$lib/libdash_attn.so" timeout 300 python3 "$root/bench/record.py" --out "$out/ab-$tag.jsonl" \
-      --tag "$tag" --configs "$configs" --schedules "$schedules" --nondet-schedules "$nondet_schedules" --no-cudnn --repeats 2 "${fa3_args[@]}" \
+      --tag "$tag" --configs "$configs" --schedules "$schedules" --nondet-schedules "$nondet_schedules" --no-cudnn --repeats 2 "${fa3_args[@]}" "${warmup_args[@]}" \
       > "$out/ab-$tag-round$round.log" 2>&1 || { echo "record.py failed ($tag):"; tail -5 "$out/ab-$tag-round$round.log"; }
   done
 done
