@@ -82,7 +82,7 @@ def time_cuda(fn, warmup=3, reps=10, warmup_seconds=0.0):
     warmup_seconds > 0: the warm-up also runs `fn` back to back for that long, so that the timed calls find the GPU
     in the power state this kernel sustains. Under load the H200 holds its power cap (about 690 W) and lowers its
     clock within about 60 ms; 13 calls of a forward at 8k tokens take about 25 ms, so without it a figure depends on
-    what ran before (bench/power_trace.py; docs/benchmarks.md, "Power state")."""
+    what ran before (bench/sustained.py; docs/benchmarks.md, "Power state")."""
     for _ in range(warmup):
         fn()
     if warmup_seconds > 0:
