@@ -340,7 +340,8 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
         pass_turn();
         warpgroup_wait<1>();  // the S GEMM (committed first) is done; O += P V may still run
         // K (and, after the last S GEMM, Q) may be released now; where it is released decides where ptxas puts the
-        // wait for O += P V below (Config::kReleaseAfterSoftmax).
+        // wait for O += P V below (Config::kReleaseAfterSoftmax). Either place precedes this warpgroup's next wait
+        // (the softmax between them waits on nothing), so the producer's wait for the stage still ends.
         auto release_s_operands = [&] {
           release(&smem.k_empty[k_stage.index]);
           k_stage.advance();
