@@ -29,15 +29,13 @@ ROWS = [(16, 1024, 16, 16, 128, 128, True), (8, 2048, 16, 16, 128, 128, True), (
 def run(variant, out_path):
     import torch
     from dash_attn import _abi  # loads DASH_ATTN_LIBRARY and registers torch.ops.dash_attn
+    from record import load_fa3
     from window_bench import time_impls
 
     env = dict(variant=variant, commit=os.environ.get("DASH_COMMIT", "?"), call_id=os.environ.get("CALL_ID", "?"),
                gpu=torch.cuda.get_device_name(0), dtype="bfloat16")
     ops = torch.ops.dash_attn
-    fa3 = None
-    if os.environ.get("FA3_SO"):
-        torch.ops.load_library(os.environ["FA3_SO"])  # third-party, measured, never shipped
-        fa3 = torch.ops.flash_attn_3
+    fa3 = load_fa3(os.environ["FA3_SO"]) if os.environ.get("FA3_SO") else None
     with open(out_path, "a") as out:
         for b, s, hq, hkv, d, dv, causal in ROWS:
             dims = f"d{d}" + (f"_dv{dv}" if dv != d else "")

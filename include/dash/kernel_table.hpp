@@ -29,7 +29,8 @@
 //   fwd_exp2_poly_every: every n-th exp2 of the forward on the FMA pipe instead of MUFU (0: none). At head dim 64
 //     MUFU has as many exp2 per tile as the tensor cores need clocks; 1 in 8 measured +3-27% on the kernel of
 //     2026-11, but 5-10% slower than none on that of 2026-12-03, in short runs and in the sustained power state,
-//     where every instruction costs energy under the power cap (docs/benchmarks.md, "Power state"). No row uses it.
+//     where every instruction costs energy under the power cap (docs/benchmarks.md, "Power state"). No row uses it;
+//     with it, the forward's late K release (hopper/fwd/fwd_kernel.cuh) measured 1-2% slower than the early one.
 //   bwd_exp2_poly_every: the same for the backward's exponentials of P^T. At head dim 64 (128 x 128 tiles: 16,384
 //     exp2 per visit beside ~2,500 tensor-core clocks of GEMMs) 1 in 8 measured +1-4% over none, 1 in 4 another
 //     -1% to +5% over 1 in 8 (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-02 21:21).

@@ -46,14 +46,6 @@ struct FwdConfig {
   static constexpr int kBlockN = kTableRow.fwd_block_n;
   static constexpr int kStages = kTableRow.fwd_stages;
   static constexpr int kExp2PolyEvery = kTableRow.fwd_exp2_poly_every;
-  // In the steady loop, K's (and Q's) release after the softmax instead of before it, where every exponential is a
-  // MUFU.EX2. ptxas issues the wait for the in-flight O += P V (WARPGROUP.DEPBAR) right after the last mbarrier
-  // arrival before it: released before the softmax, that wait came ahead of all 66 MUFU.EX2s of a head-dim-128
-  // tile, which then no longer overlapped the GEMM; released after it, 26-28 of them come first. Measured +1.5-3.5%
-  // at head dims 96-256; at head dim 64 1-2% slower with 1 in 8 exponentials on the FMA pipe, +0.3-1.0% with none.
-  // Arrivals made to depend on the row sums (the wait after every exponential, the conversions all after it)
-  // measured 2% slower than the early release (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-03 09:07).
-  static constexpr bool kReleaseAfterSoftmax = kExp2PolyEvery == 0;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);  // warpgroup 0 produces, the others consume
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kConsumerWarps = kConsumerThreads / 32;

@@ -339,18 +339,24 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
         warpgroup_gemm<false, true>(mma_pv, tOrP_operand, tOrVt(_, _, _, v_stage.index), tOrO);
         pass_turn();
         warpgroup_wait<1>();  // the S GEMM (committed first) is done; O += P V may still run
-        // K (and, after the last S GEMM, Q) may be released now; where it is released decides where ptxas puts the
-        // wait for O += P V below (Config::kReleaseAfterSoftmax). Either place precedes this warpgroup's next wait
-        // (the softmax between them waits on nothing), so the producer's wait for the stage still ends.
+        // K (and, after the last S GEMM, Q) could be released right here, but is released after the softmax:
+        // ptxas issues the wait for O += P V below right after the last mbarrier arrival before it. Released before
+        // the softmax, that wait came ahead of all 66 MUFU.EX2s of a head-dim-128 tile, which then no longer
+        // overlapped the GEMM; released after it, 26-28 of them come first: +1.5-3.5% at head dims 96-256, +0.3-1.0%
+        // at 64 (1-2% slower there while 1 in 8 exponentials ran on the FMA pipe). Arrivals made to depend on the row
+        // sums (the wait after every exponential, the conversions all after it) measured 2% slower than the early
+        // release (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-03 09:07). The softmax waits on nothing, so the
+        // release still precedes this warpgroup's next wait: the producer's wait for the stage ends. (Written as a
+        // lambda called below, the form whose SASS was measured; inlined by hand, ptxas schedules the loop
+        // differently.)
         auto release_s_operands = [&] {
           release(&smem.k_empty[k_stage.index]);
           k_stage.advance();
           if (n == range.begin) release(&smem.q_empty);
         };
-        if constexpr (!Config::kReleaseAfterSoftmax) release_s_operands();
         if (range.needs_mask(n)) mask_tile(n);
         softmax.template update<false>(scores, o_rescale);
-        if constexpr (Config::kReleaseAfterSoftmax) release_s_operands();
+        release_s_operands();
         warpgroup_wait<0>();  // O += P V done: O may be rescaled and P overwritten
         release(&smem.v_empty[v_stage.index]);
         v_stage.advance();
