@@ -6,9 +6,9 @@
 // simulations instead.
 //
 // How a row ranks its candidates (P = 132, the SMs of an H100 SXM / H200):
-//  1. Throughput: the makespan summed over canonical problems, one sequence with a range of head counts that spans
-//     a whole round of units (canonical_problems below), so that neither the batch nor the head count of a real
-//     call, nor the position of a round boundary, decides. This rule reproduced the fastest measured planner in
+//  1. Throughput: the makespan summed over canonical problems, one sequence with a range of unit counts, each a
+//     multiple of 8 (canonical_problems below), so that neither the batch nor the head count of one real call
+//     decides, and the unit counts are those real calls have. This rule reproduced the fastest measured planner in
 //     the calibration runs (docs/calibration.md).
 //  2. A guard for packed GQA units: a pack-mode candidate more than kGuardRegret behind the split-heads candidate of
 //     the same planner on a small realistic problem (one sequence, the fewest whole KV-head groups with at least
@@ -52,18 +52,22 @@ constexpr int32_t kGuardHeads = 32;  // a 32-head model on one sequence (28/4, 3
 constexpr int32_t kLongestSimulated = 16384;
 
 // The problems the throughput score sums over: the row's sequence shape, mask, head dim and group, one sequence, and
-// a range of head counts. Planners with long items (symmetric shift pairs KV tiles) finish a round of units
-// together, so a single head count can land just before or just after a round boundary and decide by accident;
-// summing over head counts that span a whole round period compares steady-state throughput instead.
+// a range of unit counts (query heads in split mode, KV heads in pack mode), each a multiple of kUnitMultiple.
+// Planners with long items (symmetric shift pairs KV tiles) or lock-step units of 16 items (shift, pack) finish a
+// round of units together, so whether the last round is full decides between them, and that depends on the unit
+// count. Real calls have batch x heads a multiple of 8: 16, 32 or 64 query heads, KV heads 4 or 8 at batch >= 2.
+// There 8 lock-step units of 16 items fill one round of 132 CTAs, and the earlier range (every count over one round
+// period, 18-27 at 8k) averaged in counts whose last round stood mostly empty: it kept ascending at 8k full, where
+// shift measured 6% faster on 32 units, and split for GQA 32/8 at 4k-16k, where pack measured 1.03-1.15x
+// (docs/calibration.md, "Unit counts in multiples of 8"). One sequence of 18, 20 or 28 heads is what this gives up.
 std::vector<Problem> canonical_problems(const Problem& real, GqaMode mode, const TileGrid& grid, int32_t num_ctas,
                                         int64_t fewest_items) {
+  constexpr int64_t kUnitMultiple = 8;
   // KV tiles per CTA in the smallest canonical problem. Long enough that start-up effects that real problems
   // amortise (ascending order on a full mask staggers the CTAs by one hand-off each before it runs freely)
   // do not decide: with 2, auto chose shift where ascending measured up to 13% faster (docs/calibration.md).
   constexpr int64_t kMinFills = 8;
-  // All sizes together: a few seconds of simulation. At 2^20, 16k-token rows simulated only the first three sizes
-  // of their range (18-22 units), where 16-item lock-step units run a mostly idle third round, and lost to plans
-  // that 16 or 32 units (whole rounds) ran 20% slower.
+  // All sizes together: a few seconds of simulation. Long rows (16k tokens) simulate the sizes that fit.
   constexpr int64_t kVisitBudget = int64_t(1) << 22;
   constexpr int64_t kMaxSizes = 9;
   const int64_t kv_tiles = std::max(1, grid.num_kv_tiles());
@@ -75,13 +79,13 @@ std::vector<Problem> canonical_problems(const Problem& real, GqaMode mode, const
   // leaves most CTAs idle in its second round, and that half-empty round, not throughput, would decide.
   const int64_t period = (num_ctas + fewest_items - 1) / fewest_items;
   int64_t first = std::max(2 * period, (kMinFills * num_ctas + kv_tiles - 1) / kv_tiles);
-  first = std::max<int64_t>(1, std::min(first, kVisitBudget / (4 * visits_per_unit))); // huge P: stay affordable
-  const int64_t stride = std::max<int64_t>(1, (period + kMaxSizes - 2) / (kMaxSizes - 1));
-
+  first = (first + kUnitMultiple - 1) / kUnitMultiple * kUnitMultiple;
+  // Huge P: stay affordable.
+  first = std::max(kUnitMultiple, std::min(first, kVisitBudget / (4 * visits_per_unit) / kUnitMultiple * kUnitMultiple));
   std::vector<Problem> problems;
   int64_t visits = 0;
-  for (int64_t units = first; units <= first + period && visits + units * visits_per_unit <= kVisitBudget;
-       units += stride) {
+  for (int64_t units = first, sizes = 0; sizes < kMaxSizes && visits + units * visits_per_unit <= kVisitBudget;
+       units += kUnitMultiple, ++sizes) {
     Problem p = real;
     p.batch = 1;
     const int32_t group = real.group_size();
