@@ -206,13 +206,18 @@ Problem row_problem(Mask mask, int32_t head_dim, int32_t group, int32_t seqlen_q
   return p;
 }
 
-// The head dims of the backward kernels (the table's rows with a backward, all of them with head_dim_v = head_dim):
-// auto ranks backward plans, and a forward-only row has no backward for them to run on. Auto serves any other head
-// dim from the nearest of these rows.
+// The head dims the table has rows for: those of the backward kernels whose cost model the calibration runs measured
+// (docs/calibration.md: the planner grid at head dims 64 and 128). Auto serves any other head dim from the nearest of
+// these rows (96, 192 / 128 and 256 from 128's). Rows simulated with the uncalibrated tiles of head dim 256 (64 x 64)
+// picked shift at 2k causal, where symmetric shift measured 1.10x it (docs/calibration.md, "Unit counts in multiples
+// of 8"); 128's rows measured right there.
 std::vector<int32_t> backward_head_dims() {
+  constexpr int32_t kCalibrated[] = {64, 128};
   std::vector<int32_t> dims;
   for (const dash::KernelTableRow& row : dash::kKernelTable)
-    if (dash::has_backward(row)) dims.push_back(row.head_dim);
+    if (dash::has_backward(row) && std::find(std::begin(kCalibrated), std::end(kCalibrated), row.head_dim) !=
+                                       std::end(kCalibrated))
+      dims.push_back(row.head_dim);
   std::sort(dims.begin(), dims.end());
   return dims;
 }

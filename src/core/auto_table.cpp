@@ -108,7 +108,7 @@ std::atomic<const std::vector<Candidate>*> parsed_lists[kRows + 1];
 // A row's candidate list is parsed once, when a problem first takes the row (parsed_lists): a process takes a handful
 // of the rows, and parsing all of them (thousands of words) was most of a process's first plan_for.
 struct TableIndex {
-  static constexpr size_t kMaxDistinct = 64;       // per column, and blocks per mask: the table has 5, 4, 12 and 20
+  static constexpr size_t kMaxDistinct = 64;       // per column, and blocks per mask: the table has 2, 4, 12 and 8
   std::vector<int32_t> head_dims, groups, lengths;  // distinct values; lengths serve seqlen_q and seqlen_k
   std::vector<Log2Bracket> length_log2;             // per length
   struct Row {

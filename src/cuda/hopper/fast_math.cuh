@@ -30,7 +30,11 @@ __device__ __forceinline__ float exp2_polynomial(float x) {
   p = fmaf(p, f, 9.999992847e-01f);
   // The low 9 bits of the shift constant's pattern are 0, so (bits << 23) is exactly j << 23.
   int const scaled = __float_as_int(p) + (__float_as_int(shifted) << 23);
-  return x < -126.f ? 0.f : __int_as_float(scaled);
+  // The integer add above turns a NaN x into a finite float (NaN bits plus NaN bits << 23 is FLT_MAX), which then
+  // reached dV as Inf where PyTorch has NaN. 0 * x is 0 for finite x (the sum keeps its bits) and NaN for NaN or
+  // +-Inf; -Inf still takes the 0 below, and +Inf gives NaN, as non-finite as MUFU.EX2's +Inf. One FFMA.
+  float const propagated = fmaf(0.f, x, __int_as_float(scaled));
+  return x < -126.f ? 0.f : propagated;
 }
 
 __device__ __forceinline__ float quad_max(float x) {
