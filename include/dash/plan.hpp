@@ -158,6 +158,20 @@ struct LimitViolation {
 std::optional<LimitViolation> plan_limit_violation(const Problem& problem, TileShape tiles, GqaMode mode,
                                                    int32_t num_ctas);
 
+// Most tile pairs (the whole rectangle, as kMaxBlocksPerUnit) a packed GQA unit may have for auto to choose the
+// pack mode (DASH_GQA_AUTO, for auto and for a named planner alike). A template's build and validation are linear
+// in its visits, and packing multiplies them by the group size: at 131,072 tokens, 32/8 heads, head dim 128, causal,
+// a packed unit has 4.2 M visits against 1.05 M per split head, four times the first call's planning (issue 13's 5 ms
+// holds for the split template). 2^20 keeps every packed template auto builds within a 128k-token causal head's
+// tables (8 MB): at head dim 128, group 4 packs up to 32k tokens and group 2 up to 64k, a self-attention of 32k
+// tokens is a 512 x 256 rectangle. The bound reads the tile counts and the group only, so the choice stays the same
+// for every batch, head count and CTA count. An explicit request for pack is not bounded by it.
+inline constexpr int64_t kAutoPackMaxBlocks = int64_t(1) << 20;
+
+// Whether auto may choose the pack mode for `problem` (group > 1): the packed unit's rectangle is at most
+// kAutoPackMaxBlocks and no limit of plan_limit_violation refuses it. O(1).
+bool auto_may_pack(const Problem& problem, TileShape tiles, int32_t num_ctas);
+
 // The longest sequence (seqlen_q = seqlen_k) whose plan fits those limits at `head_dim` (its default tiles)
 // with `heads_per_unit` query heads per unit: 1,482,880 tokens at head dim 128, 2,097,152 at 64 (split heads).
 int32_t longest_plannable_seqlen(int32_t head_dim, int32_t heads_per_unit = 1);

@@ -204,13 +204,18 @@ std::string candidate_name(Candidate c, bool with_mode) {
 std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape tiles, std::string& note) {
   const Problem& p = req.problem;
   const bool grouped = p.group_size() > 1;
-  // The pack mode's limits are checked once: a table row lists several pack candidates.
+  // Whether auto may pack is decided once (a table row lists several pack candidates), and said in the note when
+  // the size of a packed template (its planning time) rules it out.
   std::optional<bool> pack_fits;
   auto mode_allowed = [&](GqaMode m) {
     if (!grouped) return m == GqaMode::SplitHeads;
     if (req.gqa_mode != GqaMode::Auto) return m == req.gqa_mode;
     if (m == GqaMode::SplitHeads) return true;
-    if (!pack_fits) pack_fits = !plan_limit_violation(p, tiles, GqaMode::PackGroup, req.num_ctas);
+    if (!pack_fits) {
+      pack_fits = auto_may_pack(p, tiles, req.num_ctas);
+      if (!*pack_fits && !plan_limit_violation(p, tiles, GqaMode::PackGroup, req.num_ctas))
+        note += "; pack left out (a packed unit would exceed auto's 2^20 tile pairs, a long first call to plan)";
+    }
     return *pack_fits;
   };
   std::vector<Candidate> out;
@@ -374,7 +379,7 @@ TileShape checked_tiles(const PlanRequest& req) {
 namespace detail {
 
 // Why the class holds: requested_candidates reads auto_candidates (the row) and the tile counts (the pack mode's
-// limit); the candidate loop reads the limits (tile counts), the templates (template_key's representative lengths)
+// limits and auto's pack bound, auto_may_pack); the candidate loop reads the limits (tile counts), the templates (template_key's representative lengths)
 // and their waves; the note names candidates and waves. Only a limit's message quotes the lengths themselves.
 std::optional<ResolutionClass> resolution_class(const PlanRequest& req) {
   const TileShape tiles = checked_tiles(req);

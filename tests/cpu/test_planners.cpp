@@ -481,6 +481,37 @@ TEST(PlansInProduction, ANewBatchOrHeadCountReusesTheCachedTemplate) {
   EXPECT_EQ(dash::template_cache_stats().hits, before.hits + 3);
 }
 
+// auto (and a named planner in GQA mode auto) packs a group only while the packed unit has at most 2^20 tile pairs:
+// planning is linear in a template's visits, and packing multiplies them by the group size. The bound reads the tile
+// counts and the group alone, so the choice is the same for every batch and head count.
+TEST(PlansInProduction, AutoPacksAGroupOnlyWhileThePackedTemplateIsSmall) {
+  // 32k tokens, 32/8 heads, head dim 128, causal: 512 x 256 tiles x 4 heads = 2^19 pairs; the table's first
+  // candidate there is pack.
+  const auto small = make_problem(32768, 32768, dash::Mask::Causal, 32, 8, 1);
+  EXPECT_TRUE(dash::auto_may_pack(small, {}, 132));
+  ASSERT_EQ(dash::auto_candidates(small, {}).front().mode, dash::GqaMode::PackGroup);
+  EXPECT_EQ(dash::plan_for({small, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::Auto, nullptr}).header.gqa_mode,
+            DASH_GQA_PACK_GROUP);
+  // Group 2 at 64k tokens is exactly 2^20 pairs: still packed; group 4 there is 2^21.
+  EXPECT_TRUE(dash::auto_may_pack(make_problem(65536, 65536, dash::Mask::Causal, 16, 8), {}, 132));
+  EXPECT_FALSE(dash::auto_may_pack(make_problem(65536, 65536, dash::Mask::Causal, 32, 8), {}, 132));
+  // 128k tokens: the table still ranks pack first, auto takes split heads (1,049,600 visits per unit instead of
+  // 4,198,400) for every batch and head count, and says why.
+  for (auto [batch, heads_q, heads_kv] : {std::tuple{1, 32, 8}, std::tuple{2, 8, 2}}) {
+    const auto big = make_problem(131072, 131072, dash::Mask::Causal, heads_q, heads_kv, batch);
+    EXPECT_FALSE(dash::auto_may_pack(big, {}, 132));
+    EXPECT_FALSE(dash::plan_limit_violation(big, {}, dash::GqaMode::PackGroup, 132)) << "an explicit pack stays allowed";
+    ASSERT_EQ(dash::auto_candidates(big, {}).front().mode, dash::GqaMode::PackGroup);
+    for (const std::string schedule : {"auto", "symmetric-shift"}) {
+      const dash::BoundPlan plan =
+          dash::plan_for({big, dash::Schedule::parse(schedule), 132, {}, dash::GqaMode::Auto, nullptr});
+      EXPECT_EQ(plan.header.gqa_mode, DASH_GQA_SPLIT_HEADS) << schedule << " batch " << batch;
+      EXPECT_EQ(plan.header.visits_per_unit, 1049600) << schedule;
+      EXPECT_NE(plan.note.find("pack left out"), std::string::npos) << plan.note;
+    }
+  }
+}
+
 // The table's first choice is never far behind what its own simulator says is best on real problems, including
 // small ones (one sequence of 28/4 heads at 3000 tokens, causal, where packed GQA units simulate 2x slower).
 TEST(PlansInProduction, AutoIsNeverFarBehindTheSimulatorsBest) {
