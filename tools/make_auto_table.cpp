@@ -11,10 +11,14 @@
 //     decides, and the unit counts are those real calls have. This rule reproduced the fastest measured planner in
 //     the calibration runs (docs/calibration.md).
 //  2. A guard for packed GQA units: a pack-mode candidate more than kGuardRegret behind the split-heads candidate of
-//     the same planner on a small realistic problem (one sequence, the fewest whole KV-head groups with at least
-//     kGuardHeads query heads) goes after every other candidate. Packed units are group-size times fewer and
-//     longer; without the guard they won on throughput while one sequence of 28/4 heads ran 2x slower than split
-//     heads.
+//     the same planner goes after every other candidate, on either of two realistic problems with the fewest whole
+//     KV-head groups of at least kGuardHeads query heads: one sequence on P CTAs, and kBusyTokens tokens (the
+//     protocol's batch: 2 x 8k, 4 x 4k, ...) on kBusyCtas CTAs, 8 of the 132 SMs held by other kernels (issue 13's
+//     busy-SM benchmark; communication kernels hold some while a training step's backward runs). Packed units are
+//     group-size times fewer and longer: without the first problem they won on throughput while one sequence of 28/4
+//     heads ran 2x slower than split heads; without the second, 2 x 8k tokens of 32/8 heads, causal, simulate 1.50x
+//     their time on 132 CTAs when packed and 1.24x split (lock-step units finish in whole rounds: 16 units of 16
+//     items are two rounds on 132 CTAs, three on 124).
 //  3. Candidates whose wave exceeds P cannot run on this device and are left out (plan_for skips by wave anyway).
 // Rows longer than kLongestSimulated (one unit there is over a million visits) keep the order of the row at
 // kLongestSimulated with the same mask, head dim and group, less the candidates whose wave exceeds P at the longer
@@ -47,6 +51,8 @@ using dash::Problem;
 using dash::TileGrid;
 
 constexpr int32_t kCtas = 132;
+constexpr int32_t kBusyCtas = 124;     // issue 13's busy-SM benchmark at k = 8
+constexpr int32_t kBusyTokens = 16384;  // tokens per call of the busy guard problem, as the protocol's grid
 constexpr double kGuardRegret = 1.15;
 constexpr int32_t kGuardHeads = 32;  // a 32-head model on one sequence (28/4, 32/8, 64/8 with tensor parallel 2)
 constexpr int32_t kLongestSimulated = 16384;
@@ -108,12 +114,16 @@ struct Scored {
   Candidate candidate;
   double throughput = 0;  // summed makespan over the canonical problems
   double small = 0;       // makespan on the guard problem
+  double busy = 0;        // makespan on the busy guard problem, on kBusyCtas (GQA rows only)
 };
 
-double makespan(const Problem& p, Candidate c, const dash::CostModel& cost, bool waits_only_backward) {
+// The plan's template does not depend on P (only its header's CTA count): it is built for kCtas, whose wave check the
+// candidate passed, and run on `num_ctas`.
+double makespan(const Problem& p, Candidate c, const dash::CostModel& cost, bool waits_only_backward,
+                int32_t num_ctas = kCtas) {
   Plan plan = dash::build_unvalidated(p, c.planner, {}, c.mode, kCtas);
   if (waits_only_backward) plan.header.flags |= DASH_PLAN_WAITS_ONLY_BACKWARD;
-  const dash::SimResult sim = dash::simulate(plan, kCtas, cost, {.record_spans = false, .critical_path = false});
+  const dash::SimResult sim = dash::simulate(plan, num_ctas, cost, {.record_spans = false, .critical_path = false});
   if (sim.deadlocked) return std::numeric_limits<double>::infinity();
   return sim.makespan;
 }
@@ -147,22 +157,27 @@ std::string rank_row(const Problem& shape) {
   guard.batch = 1;
   guard.heads_kv = (kGuardHeads + group - 1) / group;
   guard.heads_q = guard.heads_kv * group;
+  Problem busy_guard = guard;
+  busy_guard.batch = std::max(1, kBusyTokens / std::max(shape.seqlen_q, shape.seqlen_k));
 
   std::vector<Scored> scored;
   for (const Built& b : built) {
     if (!b.report.ok) continue;  // its wave exceeds P
-    Scored s{b.candidate, 0, 0};
+    Scored s{b.candidate, 0, 0, 0};
     for (const Problem& p : canonical) s.throughput += makespan(p, b.candidate, cost, b.report.waits_only_backward);
     s.small = makespan(guard, b.candidate, cost, b.report.waits_only_backward);
+    if (group > 1) s.busy = makespan(busy_guard, b.candidate, cost, b.report.waits_only_backward, kBusyCtas);
     scored.push_back(s);
   }
-  auto split_small = [&](Planner planner) {
+  auto split_of = [&](Planner planner) -> const Scored* {
     for (const Scored& s : scored)
-      if (s.candidate.mode == GqaMode::SplitHeads && s.candidate.planner == planner) return s.small;
-    return std::numeric_limits<double>::infinity();  // split cannot run here: nothing to guard against
+      if (s.candidate.mode == GqaMode::SplitHeads && s.candidate.planner == planner) return &s;
+    return nullptr;  // split cannot run here: nothing to guard against
   };
   auto within_guard = [&](const Scored& s) {
-    return s.candidate.mode == GqaMode::SplitHeads || s.small <= kGuardRegret * split_small(s.candidate.planner);
+    if (s.candidate.mode == GqaMode::SplitHeads) return true;
+    const Scored* split = split_of(s.candidate.planner);
+    return split == nullptr || (s.small <= kGuardRegret * split->small && s.busy <= kGuardRegret * split->busy);
   };
   std::stable_sort(scored.begin(), scored.end(), [&](const Scored& a, const Scored& b) {
     if (within_guard(a) != within_guard(b)) return within_guard(a);
