@@ -379,8 +379,9 @@ TileShape checked_tiles(const PlanRequest& req) {
 namespace detail {
 
 // Why the class holds: requested_candidates reads auto_candidates (the row) and the tile counts (the pack mode's
-// limits and auto's pack bound, auto_may_pack); the candidate loop reads the limits (tile counts), the templates (template_key's representative lengths)
-// and their waves; the note names candidates and waves. Only a limit's message quotes the lengths themselves.
+// limits and auto's pack bound, auto_may_pack); the candidate loop reads the limits (tile counts), the templates
+// (template_key's representative lengths) and their waves; the note names candidates and waves. Only a limit's
+// message quotes the lengths themselves.
 std::optional<ResolutionClass> resolution_class(const PlanRequest& req) {
   const TileShape tiles = checked_tiles(req);
   if (req.schedule.kind == Schedule::Kind::AutoFastest || !plan_memo_enabled()) return std::nullopt;
