@@ -10,15 +10,16 @@
 //     multiple of 8 (canonical_problems below), so that neither the batch nor the head count of one real call
 //     decides, and the unit counts are those real calls have. This rule reproduced the fastest measured planner in
 //     the calibration runs (docs/calibration.md).
-//  2. A guard for packed GQA units: a pack-mode candidate more than kGuardRegret behind the split-heads candidate of
-//     the same planner goes after every other candidate, on either of two realistic problems with the fewest whole
-//     KV-head groups of at least kGuardHeads query heads: one sequence on P CTAs, and kBusyTokens tokens (the
-//     protocol's batch: 2 x 8k, 4 x 4k, ...) on kBusyCtas CTAs, 8 of the 132 SMs held by other kernels (issue 13's
-//     busy-SM benchmark; communication kernels hold some while a training step's backward runs). Packed units are
-//     group-size times fewer and longer: without the first problem they won on throughput while one sequence of 28/4
-//     heads ran 2x slower than split heads; without the second, 2 x 8k tokens of 32/8 heads, causal, simulate 1.50x
-//     their time on 132 CTAs when packed and 1.24x split (lock-step units finish in whole rounds: 16 units of 16
-//     items are two rounds on 132 CTAs, three on 124).
+//  2. A guard for packed GQA units, against the split-heads candidate of the same planner, on realistic problems with
+//     the fewest whole KV-head groups of at least kGuardHeads query heads: a pack-mode candidate goes after every
+//     other candidate if it is more than kGuardRegret behind on one sequence (P CTAs), or if on kBusyTokens tokens
+//     (the protocol's batch: 2 x 8k, 4 x 4k, ...) its slowdown from P to kBusyCtas CTAs (8 of the 132 SMs held by
+//     other kernels: issue 13's busy-SM benchmark; communication kernels hold some while a training step's backward
+//     runs) exceeds split's by more than kBusyRegret. Packed units are group-size times fewer and longer: without the
+//     first check they won on throughput while one sequence of 28/4 heads ran 2x slower than split heads; without
+//     the second, 2 x 8k tokens of 32/8 heads, causal, simulate 1.50x their time on 132 CTAs when packed and 1.24x
+//     split (lock-step units finish in whole rounds: 16 units of 16 items are two rounds on 132 CTAs, three on
+//     124), and measured 1.31x against 1.19x (docs/calibration.md, "The busy guard for packed GQA units").
 //  3. Candidates whose wave exceeds P cannot run on this device and are left out (plan_for skips by wave anyway).
 // Rows longer than kLongestSimulated (one unit there is over a million visits) keep the order of the row at
 // kLongestSimulated with the same mask, head dim and group, less the candidates whose wave exceeds P at the longer
@@ -54,6 +55,7 @@ constexpr int32_t kCtas = 132;
 constexpr int32_t kBusyCtas = 124;     // issue 13's busy-SM benchmark at k = 8
 constexpr int32_t kBusyTokens = 16384;  // tokens per call of the busy guard problem, as the protocol's grid
 constexpr double kGuardRegret = 1.15;
+constexpr double kBusyRegret = 1.10;
 constexpr int32_t kGuardHeads = 32;  // a 32-head model on one sequence (28/4, 32/8, 64/8 with tensor parallel 2)
 constexpr int32_t kLongestSimulated = 16384;
 
@@ -114,7 +116,8 @@ struct Scored {
   Candidate candidate;
   double throughput = 0;  // summed makespan over the canonical problems
   double small = 0;       // makespan on the guard problem
-  double busy = 0;        // makespan on the busy guard problem, on kBusyCtas (GQA rows only)
+  double busy = 0;        // the busy guard problem's makespan on kBusyCtas over that on kCtas (GQA rows only)
+  bool within_guard = true;
 };
 
 // The plan's template does not depend on P (only its header's CTA count): it is built for kCtas, whose wave check the
@@ -163,10 +166,12 @@ std::string rank_row(const Problem& shape) {
   std::vector<Scored> scored;
   for (const Built& b : built) {
     if (!b.report.ok) continue;  // its wave exceeds P
-    Scored s{b.candidate, 0, 0, 0};
+    Scored s{b.candidate, 0, 0, 0, true};
     for (const Problem& p : canonical) s.throughput += makespan(p, b.candidate, cost, b.report.waits_only_backward);
     s.small = makespan(guard, b.candidate, cost, b.report.waits_only_backward);
-    if (group > 1) s.busy = makespan(busy_guard, b.candidate, cost, b.report.waits_only_backward, kBusyCtas);
+    if (group > 1)
+      s.busy = makespan(busy_guard, b.candidate, cost, b.report.waits_only_backward, kBusyCtas) /
+               makespan(busy_guard, b.candidate, cost, b.report.waits_only_backward);
     scored.push_back(s);
   }
   auto split_of = [&](Planner planner) -> const Scored* {
@@ -174,14 +179,15 @@ std::string rank_row(const Problem& shape) {
       if (s.candidate.mode == GqaMode::SplitHeads && s.candidate.planner == planner) return &s;
     return nullptr;  // split cannot run here: nothing to guard against
   };
-  auto within_guard = [&](const Scored& s) {
-    if (s.candidate.mode == GqaMode::SplitHeads) return true;
-    const Scored* split = split_of(s.candidate.planner);
-    return split == nullptr || (s.small <= kGuardRegret * split->small && s.busy <= kGuardRegret * split->busy);
-  };
-  std::stable_sort(scored.begin(), scored.end(), [&](const Scored& a, const Scored& b) {
-    if (within_guard(a) != within_guard(b)) return within_guard(a);
-    return within_guard(a) ? a.throughput < b.throughput : a.small < b.small;
+  // Decided before sorting: the sort moves the elements that split_of reads (until 2026-12-03 the guard read them
+  // while the sort ran, so some pack candidates it should have demoted kept their place).
+  for (Scored& s : scored) {
+    const Scored* split = s.candidate.mode == GqaMode::SplitHeads ? nullptr : split_of(s.candidate.planner);
+    s.within_guard = split == nullptr || (s.small <= kGuardRegret * split->small && s.busy <= kBusyRegret * split->busy);
+  }
+  std::stable_sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
+    if (a.within_guard != b.within_guard) return a.within_guard;
+    return a.within_guard ? a.throughput < b.throughput : a.small < b.small;
   });
   std::string out;
   for (const Scored& s : scored)
