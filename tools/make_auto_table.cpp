@@ -19,7 +19,7 @@
 //     first check they won on throughput while one sequence of 28/4 heads ran 2x slower than split heads; without
 //     the second, 2 x 8k tokens of 32/8 heads, causal, simulate 1.50x their time on 132 CTAs when packed and 1.24x
 //     split (lock-step units finish in whole rounds: 16 units of 16 items are two rounds on 132 CTAs, three on
-//     124), and measured 1.31x against 1.19x (docs/calibration.md, "The busy guard for packed GQA units").
+//     124), and measured 1.31x against 1.19x (docs/benchmarks.md, "Plans in production again").
 //  3. Candidates whose wave exceeds P cannot run on this device and are left out (plan_for skips by wave anyway).
 // Rows longer than kLongestSimulated (one unit there is over a million visits) keep the order of the row at
 // kLongestSimulated with the same mask, head dim and group, less the candidates whose wave exceeds P at the longer
