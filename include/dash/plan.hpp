@@ -168,9 +168,9 @@ std::optional<LimitViolation> plan_limit_violation(const Problem& problem, TileS
 // for every batch, head count and CTA count. An explicit request for pack is not bounded by it.
 inline constexpr int64_t kAutoPackMaxBlocks = int64_t(1) << 20;
 
-// Whether auto may choose the pack mode for `problem` (group > 1): the packed unit's rectangle is at most
-// kAutoPackMaxBlocks and no limit of plan_limit_violation refuses it. O(1).
-bool auto_may_pack(const Problem& problem, TileShape tiles, int32_t num_ctas);
+// Whether a packed unit of `problem` (group > 1) is small enough for auto to choose the pack mode: its rectangle is at
+// most kAutoPackMaxBlocks. The format's limits are plan_limit_violation's. O(1).
+bool auto_may_pack(const Problem& problem, TileShape tiles);
 
 // The longest sequence (seqlen_q = seqlen_k) whose plan fits those limits at `head_dim` (its default tiles)
 // with `heads_per_unit` query heads per unit: 1,482,880 tokens at head dim 128, 2,097,152 at 64 (split heads).

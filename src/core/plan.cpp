@@ -212,9 +212,11 @@ std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape ti
     if (req.gqa_mode != GqaMode::Auto) return m == req.gqa_mode;
     if (m == GqaMode::SplitHeads) return true;
     if (!pack_fits) {
-      pack_fits = auto_may_pack(p, tiles, req.num_ctas);
-      if (!*pack_fits && !plan_limit_violation(p, tiles, GqaMode::PackGroup, req.num_ctas))
+      pack_fits = !plan_limit_violation(p, tiles, GqaMode::PackGroup, req.num_ctas);
+      if (*pack_fits && !auto_may_pack(p, tiles)) {
+        pack_fits = false;
         note += "; pack left out (a packed unit would exceed auto's 2^20 tile pairs, a long first call to plan)";
+      }
     }
     return *pack_fits;
   };

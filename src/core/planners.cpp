@@ -776,11 +776,10 @@ int32_t longest_plannable_seqlen(int32_t head_dim, int32_t heads_per_unit) {
   return int32_t(lo);
 }
 
-bool auto_may_pack(const Problem& problem, TileShape tiles, int32_t num_ctas) {
+bool auto_may_pack(const Problem& problem, TileShape tiles) {
   if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
   const TileGrid grid(problem, tiles);
-  const int64_t blocks = int64_t(problem.group_size()) * grid.num_q_tiles() * grid.num_kv_tiles();
-  return blocks <= kAutoPackMaxBlocks && !plan_limit_violation(problem, tiles, GqaMode::PackGroup, num_ctas);
+  return int64_t(problem.group_size()) * grid.num_q_tiles() * grid.num_kv_tiles() <= kAutoPackMaxBlocks;
 }
 
 std::optional<LimitViolation> plan_limit_violation(const Problem& problem, TileShape tiles, GqaMode mode,

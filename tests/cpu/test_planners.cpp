@@ -491,18 +491,18 @@ TEST(PlansInProduction, AutoPacksAGroupOnlyWhileThePackedTemplateIsSmall) {
   };
   // 32k tokens: 256 x 256 tiles x 4 heads = 2^18 pairs, packed.
   const auto small = make_problem(32768, 32768, dash::Mask::Full, 32, 8, 1, 64);
-  EXPECT_TRUE(dash::auto_may_pack(small, {}, 132));
+  EXPECT_TRUE(dash::auto_may_pack(small, {}));
   ASSERT_TRUE(pack_first(small));
   EXPECT_EQ(dash::plan_for({small, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::Auto, nullptr}).header.gqa_mode,
             DASH_GQA_PACK_GROUP);
   // 64k: exactly 2^20 pairs at group 4, still packed; group 8 there is 2^21.
-  EXPECT_TRUE(dash::auto_may_pack(make_problem(65536, 65536, dash::Mask::Full, 32, 8, 1, 64), {}, 132));
-  EXPECT_FALSE(dash::auto_may_pack(make_problem(65536, 65536, dash::Mask::Full, 64, 8, 1, 64), {}, 132));
+  EXPECT_TRUE(dash::auto_may_pack(make_problem(65536, 65536, dash::Mask::Full, 32, 8, 1, 64), {}));
+  EXPECT_FALSE(dash::auto_may_pack(make_problem(65536, 65536, dash::Mask::Full, 64, 8, 1, 64), {}));
   // 128k: 2^22 pairs packed. Auto, and a named planner in GQA mode auto, take split heads (1,048,576 visits per unit
   // instead of 4,194,304) for every batch and head count, and the note says why; an explicit pack stays allowed.
   for (auto [batch, heads_q, heads_kv] : {std::tuple{1, 32, 8}, std::tuple{2, 8, 2}}) {
     const auto big = make_problem(131072, 131072, dash::Mask::Full, heads_q, heads_kv, batch, 64);
-    EXPECT_FALSE(dash::auto_may_pack(big, {}, 132));
+    EXPECT_FALSE(dash::auto_may_pack(big, {}));
     EXPECT_FALSE(dash::plan_limit_violation(big, {}, dash::GqaMode::PackGroup, 132));
     ASSERT_TRUE(pack_first(big));
     for (const std::string schedule : {"auto", "shift"}) {
