@@ -557,7 +557,7 @@ TEST(PlanSpeedEquivalence, ThreadedBuildAndValidationAreByteIdentical) {
         one_verdict = verdict(one);
       }
       EXPECT_EQ(one_verdict.rfind("ok", 0), 0u) << name << ": " << one_verdict;
-      for (int threads : {0, 2, 3, 8}) { // 0: the automatic count
+      for (int threads : {0, 2, 3, 8, 16}) { // 0: the automatic count
         const PlannerThreads scope(threads);
         const dash::Plan plan = dash::build_unvalidated(c.problem, planner, {}, c.mode, 1);
         EXPECT_EQ(plan_difference(plan, one), "") << name << ", " << threads << " threads";
