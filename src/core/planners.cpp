@@ -65,9 +65,10 @@ const char* gqa_mode_name(GqaMode mode) {
 // A 128k-token unit holds 1-8M visits: 10-40 ms of building and validating on one core, where a new shape's first
 // call should take a few. The visits split into independent parts (by segment, or by lock-step position), so
 // both build and validation spread over up to kMaxThreads threads. Small templates stay on the caller's thread,
-// and each part gets at least kVisitsPerThread visits (about 0.15 ms of work). Up to 16 threads with 2^16 visits each
-// measured 1.1-1.3 ms faster on a 128k-token template's first plan than up to 8 with 2^17 (the H200 machine's
-// 16-core host, 2.1-2.7 ms against 3.3-4.2: bench/results/plan-build-h200host-2026-12-03-threads-8-vs-16.txt).
+// and each part gets at least kVisitsPerThread visits (about 0.15 ms of work). On the H200 machine's 16-core host, up
+// to 16 threads with 2^16 visits each planned a 128k-token template 1.1-1.3 ms faster than up to 8 with 2^17 (2.1-2.7
+// ms against 3.3-4.2, interleaved: bench/results/plan-build-h200host-2026-12-03-threads-8-vs-16.txt); another host
+// of the same kind took 3.3-3.9 ms with 16 (plan-build-h200host-2026-12-03-f821e87.jsonl): hosts differ by more.
 // The output never depends on the thread count: every part computes exactly what the one-thread walk computes for
 // its range, starting from counts derived from everything before it.
 namespace detail {
