@@ -20,6 +20,43 @@ import time
 import torch
 
 import dash_attn
+from dash_attn import _abi, _torch_ops
+
+
+class FirstCallSplit:
+    """Times the package's internals while installed: dash_plan_create (on the planning thread), the backward's wait
+    for it, and the backward's launch (workspace and dash_bwd). Diagnostics only: wraps, never changes, what runs."""
+
+    def __init__(self):
+        self.plan_build = self.plan_wait = self.launch = 0.0
+
+    def __enter__(self):
+        split, device_plan, plan_property, launch = self, _abi.DevicePlan, _torch_ops._BwdShape.plan, _torch_ops._launch_bwd
+        self._saved = (device_plan, plan_property, launch)
+
+        class TimedDevicePlan(device_plan):
+            def __init__(self, *args):
+                t0 = time.perf_counter()
+                super().__init__(*args)
+                split.plan_build += (time.perf_counter() - t0) * 1e3
+
+        def timed_plan(shape):
+            t0 = time.perf_counter()
+            plan = plan_property.fget(shape)
+            split.plan_wait += (time.perf_counter() - t0) * 1e3
+            return plan
+
+        def timed_launch(*args):
+            t0 = time.perf_counter()
+            launch(*args)
+            split.launch += (time.perf_counter() - t0) * 1e3
+
+        _abi.DevicePlan, _torch_ops._BwdShape.plan, _torch_ops._launch_bwd = (TimedDevicePlan, property(timed_plan),
+                                                                              timed_launch)
+        return self
+
+    def __exit__(self, *exc):
+        _abi.DevicePlan, _torch_ops._BwdShape.plan, _torch_ops._launch_bwd = self._saved
 
 SHAPES = [  # (batch, seqlen, heads_q, heads_kv, head_dim, causal)
     (2, 8000, 16, 16, 128, False),
@@ -51,16 +88,48 @@ def step(batch, seqlen, heads_q, heads_kv, head_dim, causal, gen):
         torch.cuda.synchronize()
         return (time.perf_counter() - t0) * 1e3, (enqueued - t0) * 1e3, (forward_returned - t0) * 1e3
 
-    first, host_first, host_fwd_first = run()
+    with FirstCallSplit() as split:
+        first, host_first, host_fwd_first = run()
     later = [run() for _ in range(5)]
     return (first, statistics.median(r[0] for r in later), host_first, statistics.median(r[1] for r in later),
-            host_fwd_first, statistics.median(r[2] for r in later))
+            host_fwd_first, statistics.median(r[2] for r in later), split)
+
+
+def sdpa_host_ms(batch, seqlen, heads_q, heads_kv, head_dim, causal, gen):
+    """Host ms of the first and (median of 5) later forward + backward enqueues of PyTorch's flash SDPA on a shape."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q = torch.randn(batch, heads_q, seqlen, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(batch, heads_kv, seqlen, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn_like(k)
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    dout = torch.randn_like(q)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # its first call allocates its outputs afresh, as dash-attn's did on this shape
+
+    def run():
+        t0 = time.perf_counter()
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                   enable_gqa=heads_q != heads_kv)
+        out.backward(dout)
+        enqueued = time.perf_counter()
+        torch.cuda.synchronize()
+        return (enqueued - t0) * 1e3
+
+    try:
+        first = run()
+    except RuntimeError as error:  # e.g. a PyTorch whose flash backend refuses GQA
+        print(f"sdpa: {error}".splitlines()[0][:160], flush=True)
+        return float("nan"), float("nan")
+    return first, statistics.median(run() for _ in range(5))
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="first_call.jsonl")
     parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--sdpa", action="store_true",
+                        help="also time PyTorch's flash SDPA on each new shape (first and later host times)")
     parser.add_argument("--samples", type=int, default=1,
                         help="new shapes per config: sequence lengths s, s - 128, s - 256, ... (each its own template)")
     args = parser.parse_args()
@@ -75,17 +144,26 @@ def main():
                           ("new batch and heads", (batch + 1, seqlen, heads_q * 2 if seqlen < 100000 else heads_q,
                                                    heads_kv * 2 if seqlen < 100000 else heads_kv))]
             for kind, (b, s, hq, hkv) in shape_rows:
-                first, steady, host_first, host_steady, host_fwd_first, host_fwd_steady = step(
+                first, steady, host_first, host_steady, host_fwd_first, host_fwd_steady, split = step(
                     b, s, hq, hkv, head_dim, causal, gen)
                 config = f"b{b}_s{s}_hq{hq}_hkv{hkv}_d{head_dim}_{'causal' if causal else 'full'}"
                 row = {"commit": args.commit, "gpu": torch.cuda.get_device_name(), "op": "first_call_fwd_bwd",
                        "config": config, "kind": kind, "first_ms": round(first, 3), "steady_ms": round(steady, 3),
                        "overhead_ms": round(first - steady, 3), "host_first_ms": round(host_first, 3),
                        "host_steady_ms": round(host_steady, 3), "host_fwd_first_ms": round(host_fwd_first, 3),
-                       "host_fwd_steady_ms": round(host_fwd_steady, 3)}
+                       "host_fwd_steady_ms": round(host_fwd_steady, 3),
+                       "split_plan_build_ms": round(split.plan_build, 3),
+                       "split_plan_wait_ms": round(split.plan_wait, 3), "split_launch_ms": round(split.launch, 3)}
+                sdpa = ""
+                if args.sdpa and kind == "new shape":
+                    sdpa_first, sdpa_steady = sdpa_host_ms(b, s, hq, hkv, head_dim, causal, gen)
+                    row.update(sdpa_host_first_ms=round(sdpa_first, 3), sdpa_host_steady_ms=round(sdpa_steady, 3))
+                    sdpa = f"  sdpa host {sdpa_first:6.2f} / {sdpa_steady:5.2f}"
                 print(f"{config:40s} {kind:20s} first {first:9.2f} ms  steady {steady:9.2f} ms  "
                       f"overhead {first - steady:8.2f} ms  host first {host_first:8.2f} ms  steady {host_steady:6.2f} ms  "
-                      f"(forward {host_fwd_first:6.2f} / {host_fwd_steady:6.2f})", flush=True)
+                      f"(forward {host_fwd_first:6.2f} / {host_fwd_steady:6.2f})  first call's plan built "
+                      f"{split.plan_build:6.2f}, waited {split.plan_wait:6.2f}, launch {split.launch:5.2f} ms{sdpa}",
+                      flush=True)
                 out.write(json.dumps(row) + "\n")
 
 

@@ -1,15 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Forward A/B of builds of dash-attn: the forward alone on the protocol's causal rows (and two full-mask controls), one
-library per process (DASH_ATTN_LIBRARY), the protocol's timer (window_bench.time_impls); one JSON line per row with the
-SHA-256 of O and LSE, so that builds which should agree bitwise can be checked. Run it once per build and round,
-interleaved, then summarise: the median TFLOP/s per (config, variant), its ratio to the variant named "base", the
-per-run figures, and whether O and LSE were bitwise equal across variants.
+"""Forward A/B of builds of dash-attn: the forward alone on the protocol's causal rows and its head-dim-128 full-mask
+rows, one library per process (DASH_ATTN_LIBRARY), the protocol's timer (window_bench.time_impls); one JSON line per
+row with the SHA-256 of O and LSE, so that builds which should agree bitwise can be checked. Run it once per build and
+round, interleaved, then summarise: the median TFLOP/s per (config, variant), its ratio to the variant named "base",
+the per-run figures, and whether O and LSE were bitwise equal across variants.
 
-    DASH_ATTN_LIBRARY=DIR/libdash_attn.so [FA3_SO=_C.so] python3 bench/forward_ab.py run VARIANT OUT.jsonl
+    DASH_ATTN_LIBRARY=DIR/libdash_attn.so [FA3_SO=_C.so] [FORWARD_AB_MASK=causal|full] \
+        python3 bench/forward_ab.py run VARIANT OUT.jsonl
     python3 bench/forward_ab.py summary OUT.jsonl [...]
 
-With FA3_SO (FA3 upstream built from shared/fa3kit) every run also times FA3's forward right after ours on each row,
-as the variant "fa3"; the summary then gives each variant's median ratio to FA3's within the same runs.
+FORWARD_AB_MASK keeps the rows of one mask. With FA3_SO (FA3 upstream built from shared/fa3kit) every run also times
+FA3's forward right after ours on each row of head dim <= 128, as the variant "fa3"; the summary then gives each
+variant's median ratio to FA3's within the same runs.
 """
 import collections
 import hashlib
@@ -23,7 +25,8 @@ ROWS = [(16, 1024, 16, 16, 128, 128, True), (8, 2048, 16, 16, 128, 128, True), (
         (2, 8192, 16, 16, 128, 128, True), (1, 16384, 16, 16, 128, 128, True), (2, 8192, 32, 8, 128, 128, True),
         (8, 2048, 32, 32, 64, 64, True), (2, 8192, 32, 32, 64, 64, True),
         (2, 8192, 16, 16, 96, 96, True), (2, 8192, 8, 8, 256, 256, True), (2, 8192, 16, 16, 192, 128, True),
-        (4, 4096, 16, 16, 128, 128, False), (2, 8192, 16, 16, 128, 128, False)]
+        (16, 1024, 16, 16, 128, 128, False), (8, 2048, 16, 16, 128, 128, False), (4, 4096, 16, 16, 128, 128, False),
+        (2, 8192, 16, 16, 128, 128, False), (1, 16384, 16, 16, 128, 128, False)]
 
 
 def run(variant, out_path):
@@ -38,6 +41,9 @@ def run(variant, out_path):
     fa3 = load_fa3(os.environ["FA3_SO"]) if os.environ.get("FA3_SO") else None
     with open(out_path, "a") as out:
         for b, s, hq, hkv, d, dv, causal in ROWS:
+            mask = "causal" if causal else "full"
+            if os.environ.get("FORWARD_AB_MASK", mask) != mask:
+                continue
             dims = f"d{d}" + (f"_dv{dv}" if dv != d else "")
             name = f"b{b}_s{s}_hq{hq}_hkv{hkv}_{dims}_{'causal' if causal else 'full'}"
             problem = _abi.make_problem(b, hq, hkv, s, s, d, causal, -1, -1, head_dim_v=0 if dv == d else dv)
@@ -56,7 +62,8 @@ def run(variant, out_path):
             for r in time_impls(env, name, [("dash-attn", "forward", forward, flops)]):
                 r["out_sha"] = sha
                 out.write(json.dumps(r) + "\n")
-            if fa3 is not None:
+            # fa3kit's build holds FA3's head-dim-64 and 128 kernels (96 runs on 128's); 256 and 192 / 128 crash there.
+            if fa3 is not None and d <= 128 and dv == d:
                 def fa3_forward(q=q, k=k, v=v, causal=causal, scale=scale):
                     return fa3.fwd(q, k, v, softmax_scale=scale, is_causal=causal, num_splits=1)
 

@@ -39,7 +39,7 @@ class ListArena {
 
 // For tests and measurements: n >= 1 uses exactly n threads for every template, however small; 0 chooses.
 void set_planner_threads(int n);
-// Threads for a template of `visits` visits: 1 below 2^18, else up to min(hardware threads, 8).
+// Threads for a template of `visits` visits: 1 below 2^17, else one per 2^16 visits, up to min(hardware threads, 16).
 int planner_threads(int64_t visits);
 // Runs part(0) .. part(parts - 1) on the caller and up to parts - 1 workers of a pool kept for the process (parts are
 // claimed one at a time), and rethrows the exception of the lowest part that threw.
