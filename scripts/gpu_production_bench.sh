@@ -3,7 +3,8 @@
 # gpu_production_bench.sh — one device call for plans in a training job: the busy-SM benchmark (K in {8, 16, 32}
 # SMs held by another stream's kernel for 30 ms, every mode and planner, on 2 x 8192 tokens with 16 and 32/8 heads,
 # causal and full; time against 1.15 x SMs / (SMs - K) and bits against the unloaded run), the first-call cost of
-# new shapes and batch sizes through dash_attn.attention, and the host time to plan (dash-bench-plan).
+# new shapes and batch sizes through dash_attn.attention (split into plan, wait and launch, with PyTorch's flash SDPA
+# on the same shapes beside), and the host time to plan (dash-bench-plan).
 #
 #   scripts/gpu_production_bench.sh [--build-dir DIR]
 #
@@ -37,7 +38,7 @@ grep -c '"within_bound":false' "$out/busy-sms.jsonl" | sed 's/^/busy-SM rows pas
 grep '"mode":"deterministic"' "$out/busy-sms.jsonl" | grep -c '"bitwise_identical_to_unloaded":false' |
   sed 's/^/deterministic busy-SM rows whose bits differ from unloaded: /'
 
-timeout 300 python3 "$root/bench/first_call_torch.py" --out "$out/first-call.jsonl" --commit "$commit" \
+timeout 300 python3 "$root/bench/first_call_torch.py" --sdpa --out "$out/first-call.jsonl" --commit "$commit" \
   >"$out/first-call.txt" 2>&1 || echo "first-call run failed (rc $?)"
 tail -n 20 "$out/first-call.txt"
 timeout 120 "$build/dash-bench-plan" --out "$out/plan-build.jsonl" --commit "$commit" >"$out/plan-build.txt" 2>&1 ||
