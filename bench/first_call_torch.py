@@ -71,13 +71,22 @@ SHAPES = [  # (batch, seqlen, heads_q, heads_kv, head_dim, causal)
 ]
 
 
-def step(batch, seqlen, heads_q, heads_kv, head_dim, causal, gen):
-    q = torch.randn(batch, seqlen, heads_q, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k = torch.randn(batch, seqlen, heads_kv, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+def inputs(batch, seqlen, heads_q, heads_kv, head_dim, gen, heads_first=False):
+    """q, k, v (requiring gradients) and dout, bf16 on the GPU: (batch, seqlen, heads, head_dim), or with heads_first
+    (batch, heads, seqlen, head_dim) as SDPA takes them."""
+    def shape(heads):
+        return (batch, heads, seqlen, head_dim) if heads_first else (batch, seqlen, heads, head_dim)
+    q = torch.randn(shape(heads_q), device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(shape(heads_kv), device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn_like(k)
     q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
     dout = torch.randn_like(q)
     torch.cuda.synchronize()
+    return q, k, v, dout
+
+
+def step(batch, seqlen, heads_q, heads_kv, head_dim, causal, gen):
+    q, k, v, dout = inputs(batch, seqlen, heads_q, heads_kv, head_dim, gen)
 
     def run():
         t0 = time.perf_counter()
@@ -98,13 +107,8 @@ def step(batch, seqlen, heads_q, heads_kv, head_dim, causal, gen):
 def sdpa_host_ms(batch, seqlen, heads_q, heads_kv, head_dim, causal, gen):
     """Host ms of the first and (median of 5) later forward + backward enqueues of PyTorch's flash SDPA on a shape."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    q = torch.randn(batch, heads_q, seqlen, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k = torch.randn(batch, heads_kv, seqlen, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
-    v = torch.randn_like(k)
-    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
-    dout = torch.randn_like(q)
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()  # its first call allocates its outputs afresh, as dash-attn's did on this shape
+    q, k, v, dout = inputs(batch, seqlen, heads_q, heads_kv, head_dim, gen, heads_first=True)
+    torch.cuda.empty_cache()  # its first call allocates its outputs afresh, as in a fresh process's first step
 
     def run():
         t0 = time.perf_counter()
