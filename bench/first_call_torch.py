@@ -31,8 +31,9 @@ class FirstCallSplit:
         self.plan_build = self.plan_wait = self.launch = 0.0
 
     def __enter__(self):
-        split, device_plan, plan_property, launch = self, _abi.DevicePlan, _torch_ops._BwdShape.plan, _torch_ops._launch_bwd
-        self._saved = (device_plan, plan_property, launch)
+        split = self
+        device_plan, plan_property, launch = self._saved = (_abi.DevicePlan, _torch_ops._BwdShape.plan,
+                                                             _torch_ops._launch_bwd)
 
         class TimedDevicePlan(device_plan):
             def __init__(self, *args):

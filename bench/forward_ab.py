@@ -45,7 +45,7 @@ def run(variant, out_path):
             if os.environ.get("FORWARD_AB_MASK", mask) != mask:
                 continue
             dims = f"d{d}" + (f"_dv{dv}" if dv != d else "")
-            name = f"b{b}_s{s}_hq{hq}_hkv{hkv}_{dims}_{'causal' if causal else 'full'}"
+            name = f"b{b}_s{s}_hq{hq}_hkv{hkv}_{dims}_{mask}"
             problem = _abi.make_problem(b, hq, hkv, s, s, d, causal, -1, -1, head_dim_v=0 if dv == d else dv)
             flops = _abi.attention_flops(problem, backward=False)
             g = torch.Generator(device="cuda").manual_seed(s + d)
