@@ -36,9 +36,9 @@ class FirstCallSplit:
                                                              _torch_ops._launch_bwd)
 
         class TimedDevicePlan(device_plan):
-            def __init__(self, *args):
+            def __init__(self, *args, **kwargs):
                 t0 = time.perf_counter()
-                super().__init__(*args)
+                super().__init__(*args, **kwargs)
                 split.plan_build += (time.perf_counter() - t0) * 1e3
 
         def timed_plan(shape):

@@ -129,6 +129,27 @@ typedef struct dash_plan_s* dash_plan_t;
  * choice, and so the same bits per sequence, whatever the batch, head count or num_ctas). */
 dash_status dash_plan_create(const dash_problem* problem, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
                              dash_plan_t* out);
+/* dash_plan_create without waiting for a new sequence template's tables: the schedule is resolved as dash_plan_create
+ * resolves it (the same plan, the same bits) on the planners' drafts, which take microseconds; the tables are
+ * written and validated on a thread of the library. dash_bwd on the plan does not wait for them on the host: it
+ * queues their copy on its stream ahead of its kernels (the stream waits; the host goes on), or makes its stream
+ * wait for a copy queued by an earlier call. During CUDA-graph capture it waits for them on the host. A template
+ * whose tables fail validation (a planner bug) stops that stream's work with a device trap, its reason on stderr and
+ * from dash_plan_wait: a backward never runs on unvalidated tables. */
+dash_status dash_plan_create_async(const dash_problem* problem, const char* schedule, int32_t num_ctas,
+                                   int32_t gqa_mode, dash_plan_t* out);
+/* Waits until the plan's tables are validated and on its device (at once for dash_plan_create's plans): DASH_OK, or
+ * the error of their build, naming what failed. */
+dash_status dash_plan_wait(dash_plan_t plan);
+/* Where a plan's tables stand, as the library last saw them (no wait): in the device blob; still being written (no
+ * backward has asked for them yet); or their copy queued on a stream by a backward (done or not). Diagnostics: which
+ * path the first backward of a new shape took. */
+typedef enum dash_plan_tables_state {
+  DASH_PLAN_TABLES_READY = 0,
+  DASH_PLAN_TABLES_BEING_WRITTEN = 1,
+  DASH_PLAN_TABLES_COPY_QUEUED = 2
+} dash_plan_tables_state;
+dash_status dash_plan_tables(dash_plan_t plan, int32_t* state);
 void dash_plan_destroy(dash_plan_t plan);
 /* The plan's host copy: the serialized blob (dash/plan_format.h) with this problem's header, made on the first call
  * (it copies the tables); valid until dash_plan_destroy. */

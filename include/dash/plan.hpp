@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -208,6 +209,7 @@ TemplateKey template_key(const Problem& problem, TileShape tiles, GqaMode mode, 
 // A validated unit template: tables for one unit of the problem (batch 1, one KV head, its group of query heads).
 // Shared by every plan whose problem has the same TemplateKey; immutable once built.
 struct UnitTemplate {
+  TemplateKey key;                 // what it was built for
   Plan plan;                       // header.problem is the one-unit problem at the key's (representative)
                                    // lengths; plan_for binds the real problem; header.num_ctas is unused
   int32_t wave = 1;                // fewest CTAs that must run at once (min_coresident_ctas)
@@ -255,6 +257,34 @@ std::vector<Candidate> auto_candidates(const Problem& problem, TileShape tiles);
 // error. Throws dash::Error naming the argument. A request seen before (auto-fastest aside) skips the resolution:
 // its outcome is memoised (bounded, thread-safe) and replayed through the template cache, with the same result.
 BoundPlan plan_for(const PlanRequest& request);
+
+// The layout of a unit template whose visit table is still being written and validated (plan_for_async): everything a
+// kernel launch reads of a plan, known after the planner's draft (microseconds to a fraction of a millisecond).
+struct TemplateLayout {
+  TemplateKey key;
+  dash_plan_header header{};       // the template's header; min_coresident_ctas and the WAITS_ONLY_BACKWARD flag come
+                                   // with validation (UnitTemplate::plan.header has them)
+  dash_plan_header blob_header{};  // the finished template's Plan::blob_header: table offsets and total_bytes
+  int32_t wave_bound = 1;          // the validated wave is at most this (1 for claim-order ranks, else a unit's items)
+  std::string note;                // the template's generalisations
+};
+
+// plan_for_async's plan: the real problem's header and note, as plan_for's; `unit` when the template was cached (or
+// had to be waited for), else `layout` and `tables`, which gives the validated template (cached once built) or
+// rethrows the error of its build or validation.
+struct AsyncBoundPlan {
+  std::shared_ptr<const UnitTemplate> unit;
+  std::shared_ptr<const TemplateLayout> layout;
+  std::shared_future<std::shared_ptr<const UnitTemplate>> tables;
+  dash_plan_header header{};
+  std::string note;
+};
+
+// plan_for without waiting for a new template's visit table: the schedule is resolved on the drafts' layouts, and the
+// tables are written and validated on a thread of their own. It chooses exactly what plan_for chooses (a candidate
+// whose draft's wave bound exceeds P is waited for, to compare its validated wave). For callers that can start work
+// that needs the tables only later (the CUDA layer's dash_plan_create_async).
+AsyncBoundPlan plan_for_async(const PlanRequest& request);
 
 // plan_for, then a Plan that owns a copy of the tables with the real problem's header (CLI, simulator, tests).
 Plan build_plan(const PlanRequest& request);

@@ -161,6 +161,9 @@ def _declare(lib):
         "dash_fwd_workspace_size": (c_size, [ctypes.POINTER(FwdArgs)]),
         "dash_plan_create": (c_int, [ctypes.POINTER(Problem), ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
                                      ctypes.POINTER(vp)]),
+        "dash_plan_create_async": (c_int, [ctypes.POINTER(Problem), ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
+                                           ctypes.POINTER(vp)]),
+        "dash_plan_wait": (c_int, [vp]),
         "dash_plan_destroy": (None, [vp]),
         "dash_plan_note": (ctypes.c_char_p, [vp]),
         "dash_usable_sms": (c_int, [ctypes.POINTER(ctypes.c_int32)]),
@@ -352,14 +355,22 @@ class HostPlan:
 
 class DevicePlan:
     """A plan for the current CUDA device (dash_plan_create): its unit template is built once per process and copied
-    to the device once, shared by every plan of the same sequence template."""
+    to the device once, shared by every plan of the same sequence template.
 
-    def __init__(self, problem: Problem, schedule: str, num_ctas: int, gqa_mode: int):
+    asynchronous: dash_plan_create_async, which returns before a new template's tables are written (the same plan);
+    the first backward then queues their copy on its stream instead of waiting for them on the host. wait() waits for
+    them and raises the error of their build, if any."""
+
+    def __init__(self, problem: Problem, schedule: str, num_ctas: int, gqa_mode: int, asynchronous: bool = False):
         handle = ctypes.c_void_p()
-        check(LIB.dash_plan_create(ctypes.byref(problem), schedule.encode(), num_ctas, gqa_mode,
-                                   ctypes.byref(handle)))
+        create = LIB.dash_plan_create_async if asynchronous else LIB.dash_plan_create
+        check(create(ctypes.byref(problem), schedule.encode(), num_ctas, gqa_mode, ctypes.byref(handle)))
         self.handle = handle
         self.workspace_bytes = None  # dash_bwd_workspace_size, filled in by the first backward with this plan
+
+    def wait(self):
+        """Waits until the plan's tables are validated and on the device (dash_plan_wait)."""
+        check(LIB.dash_plan_wait(self.handle))
 
     @property
     def note(self) -> str:

@@ -195,8 +195,10 @@ class _BwdShape:
     """What a CUDA backward call of one (shape, schedule, device, margin) needs besides its tensors: the plan (its
     unit template is cached in the library per sequence template) and the workspace size.
 
-    in_background: the plan is built on the planning thread (a forward that will be differentiated asks for it, so
-    that a new shape's planning overlaps the rest of the step instead of delaying the backward); `plan` waits for it."""
+    in_background: the plan is resolved on the planning thread (a forward that will be differentiated asks for it, so
+    that a new shape's planning overlaps the rest of the step instead of delaying the backward); `plan` waits for it.
+    Either way the plan is made by dash_plan_create_async: a new template's tables are written on a library thread,
+    and the first backward queues their copy on its stream rather than waiting for them on the host."""
 
     def __init__(self, q, k, v, causal, schedule, sm_margin, window, in_background=False):
         problem = _problem(q, k, v, causal, *window)
@@ -208,7 +210,7 @@ class _BwdShape:
         def build():
             with torch.cuda.device(device):
                 # GQA: auto's offline table picks split or pack heads.
-                return _abi.DevicePlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO)
+                return _abi.DevicePlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO, asynchronous=True)
 
         if in_background:
             self._plan, self._pending = None, _planning_thread().submit(build)

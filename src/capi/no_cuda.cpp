@@ -23,6 +23,11 @@ dash_status dash_fwd(const dash_fwd_args*, void*, size_t, void*) { return no_ker
 dash_status dash_plan_create(const dash_problem*, const char*, int32_t, int32_t, dash_plan_t*) {
   return no_kernels("dash_plan_create");
 }
+dash_status dash_plan_create_async(const dash_problem*, const char*, int32_t, int32_t, dash_plan_t*) {
+  return no_kernels("dash_plan_create_async");
+}
+dash_status dash_plan_wait(dash_plan_t) { return no_kernels("dash_plan_wait"); }
+dash_status dash_plan_tables(dash_plan_t, int32_t*) { return no_kernels("dash_plan_tables"); }
 void dash_plan_destroy(dash_plan_t) {}
 dash_status dash_plan_blob(dash_plan_t, const void**, size_t*) { return no_kernels("dash_plan_blob"); }
 const char* dash_plan_note(dash_plan_t) { return nullptr; }

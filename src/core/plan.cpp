@@ -4,12 +4,15 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <list>
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -100,21 +103,86 @@ Problem unit_problem(const TemplateKey& k) {
 // launch, record its wave, and let each request compare the wave with its own P.
 constexpr int32_t kValidateForAnyP = std::numeric_limits<int32_t>::max();
 
-std::shared_ptr<const UnitTemplate> build_template(const TemplateKey& key) {
-  const Problem unit = unit_problem(key);
+// The validated template of a filled unit; `wave_bound`: the draft's bound on its wave.
+std::shared_ptr<UnitTemplate> validated_template(Plan plan, const Problem& unit, int32_t wave_bound) {
   auto t = std::make_shared<UnitTemplate>();
-  t->plan = build_unvalidated(unit, static_cast<Planner>(key.planner), {key.block_m, key.block_n},
-                              static_cast<GqaMode>(key.gqa_mode), 1);
+  t->plan = std::move(plan);
   const ValidationReport report = validate_plan(t->plan, kValidateForAnyP);
   if (!report.ok) {
     throw Error("schedule", std::string(planner_name(t->plan.planner())) + " built an invalid plan for " +
                                 unit.describe() + ": " + report.reason);
+  }
+  // plan_for_async resolves a template still being filled by this bound (a candidate whose bound fits P is taken
+  // without its wave): a larger wave would break that resolution's promise.
+  if (report.min_coresident_ctas > wave_bound) {
+    throw Error("schedule", std::string(planner_name(t->plan.planner())) + " built a plan for " + unit.describe() +
+                                " whose wave (" + std::to_string(report.min_coresident_ctas) +
+                                " CTAs) exceeds its draft's bound (" + std::to_string(wave_bound) + ")");
   }
   t->wave = report.min_coresident_ctas;
   t->waits_only_backward = report.waits_only_backward;
   t->plan.header.min_coresident_ctas = t->wave;
   if (t->waits_only_backward) t->plan.header.flags |= DASH_PLAN_WAITS_ONLY_BACKWARD;
   return t;
+}
+
+detail::UnitDraftPtr draft_template(const TemplateKey& key) {
+  return detail::draft_unit(unit_problem(key), static_cast<Planner>(key.planner), {key.block_m, key.block_n},
+                            static_cast<GqaMode>(key.gqa_mode), 1);
+}
+
+// Fault injection for the tests of the paths that must report a failed build (a planner bug that validation
+// catches): with DASH_ATTN_TEST_FAIL_TEMPLATE_BUILDS=1 in the environment, every build fails after its fill.
+bool builds_fail_on_purpose() {
+  const char* value = std::getenv("DASH_ATTN_TEST_FAIL_TEMPLATE_BUILDS");
+  return value != nullptr && value[0] == '1';
+}
+
+std::shared_ptr<const UnitTemplate> finish_template(const TemplateKey& key, detail::UnitDraftPtr draft) {
+  const int32_t bound = detail::drafted_wave_bound(*draft);
+  Plan filled = detail::fill_unit(std::move(draft));
+  if (builds_fail_on_purpose()) {  // after the fill's milliseconds, as validation would fail
+    throw Error("schedule", "the template's build failed on purpose (DASH_ATTN_TEST_FAIL_TEMPLATE_BUILDS=1)");
+  }
+  std::shared_ptr<UnitTemplate> t = validated_template(std::move(filled), unit_problem(key), bound);
+  t->key = key;
+  return t;
+}
+
+std::shared_ptr<const UnitTemplate> build_template(const TemplateKey& key) {
+  return finish_template(key, draft_template(key));
+}
+
+// Offsets and total size of a blob whose header is `h`, with tables of these lengths (Plan::blob_header).
+dash_plan_header blob_header_for(dash_plan_header h, size_t items, size_t segments, size_t visits, size_t dq_counts,
+                                 size_t group) {
+  uint64_t offset = align_up(sizeof(dash_plan_header));
+  auto place = [&offset](uint64_t bytes) {
+    const uint32_t at = uint32_t(offset);
+    offset = align_up(offset + bytes);
+    return at;
+  };
+  h.items_offset = place(items * sizeof(dash_item));
+  h.segments_offset = place(segments * sizeof(dash_segment));
+  h.visits_offset = place(visits * sizeof(dash_visit));
+  h.dq_count_offset = place(dq_counts * sizeof(uint16_t));
+  h.group_head_by_rank_offset = place(group);
+  if (offset > std::numeric_limits<uint32_t>::max()) throw Error("plan", "blob larger than 4 GiB");
+  h.total_bytes = uint32_t(offset);
+  return h;
+}
+
+std::shared_ptr<const TemplateLayout> layout_of(const TemplateKey& key, const detail::UnitDraft& draft) {
+  const Plan& plan = detail::drafted_layout(draft);
+  auto layout = std::make_shared<TemplateLayout>();
+  layout->key = key;
+  layout->header = plan.header;
+  layout->blob_header = blob_header_for(plan.header, plan.items.size(), plan.segments.size(),
+                                        size_t(plan.header.visits_per_unit), plan.dq_count.size(),
+                                        plan.group_head_by_rank.size());
+  layout->wave_bound = detail::drafted_wave_bound(draft);
+  layout->note = plan.note;
+  return layout;
 }
 
 struct KeyHash {
@@ -125,24 +193,102 @@ struct KeyHash {
   }
 };
 
+// A template `get` found: validated, or (start_or_get) still being filled with its layout known.
+struct Fetched {
+  std::shared_ptr<const UnitTemplate> unit;
+  std::shared_ptr<const TemplateLayout> layout;
+  std::shared_future<std::shared_ptr<const UnitTemplate>> tables;
+};
+
 // Process-wide, least-recently-used first out once the tables exceed kCacheBytes. Templates are built outside
 // the lock (a large one takes milliseconds); two threads asking for the same new key both build it, and the
-// second insert finds the first one's.
+// second insert finds the first one's. A template being filled on a thread of its own (start_or_get) is in
+// `filling_` until it is cached: asking for it then waits for that build instead of starting another.
 class TemplateCache {
  public:
   static constexpr size_t kCacheBytes = size_t(1) << 30;
 
   std::shared_ptr<const UnitTemplate> get(const TemplateKey& key) {
+    std::shared_future<std::shared_ptr<const UnitTemplate>> filling;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (auto it = index_.find(key); it != index_.end()) {
-        ++stats_.hits;
-        order_.splice(order_.begin(), order_, it->second);
-        return it->second->second;
-      }
+      if (auto found = find(key)) return found;
+      if (auto it = filling_.find(key); it != filling_.end()) filling = it->second.tables;
     }
+    if (filling.valid()) return filling.get();  // rethrows its build's error
     std::shared_ptr<const UnitTemplate> built = build_template(key);
     std::lock_guard<std::mutex> lock(mutex_);
+    return insert(key, std::move(built));
+  }
+
+  // The validated template if cached; else its layout, with its fill and validation started on a thread of its own
+  // (or already running): `tables` gives the template (cached once built) or the build's error.
+  Fetched start_or_get(const TemplateKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto found = find(key)) return {found, nullptr, {}};
+    if (auto it = filling_.find(key); it != filling_.end()) return it->second;
+    // The draft runs under the lock (microseconds to a fraction of a millisecond): a second caller of the same key
+    // then finds it in `filling_` instead of drafting it again.
+    detail::UnitDraftPtr draft = draft_template(key);
+    auto promise = std::make_shared<std::promise<std::shared_ptr<const UnitTemplate>>>();
+    Fetched pending{nullptr, layout_of(key, *draft), promise->get_future().share()};
+    filling_[key] = pending;
+    // Detached: it owns what it reads (the draft, the key, the promise) and ends by publishing the template. The cache
+    // is never destroyed (cache()), so `this` outlives it.
+    std::thread([this, key, promise, draft = std::move(draft), generation = generation_]() mutable {
+      std::shared_ptr<const UnitTemplate> built;
+      std::exception_ptr error;
+      try {
+        built = finish_template(key, std::move(draft));
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        // Cached and out of `filling_` in one step, before the promise is kept: whoever then asks finds it cached. A
+        // clear() since the draft dropped this build's entry (and maybe started another): it is neither cached nor
+        // erased then.
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (generation == generation_) {
+          if (built != nullptr) built = insert(key, std::move(built));
+          filling_.erase(key);
+        }
+      }
+      if (error) promise->set_exception(error);
+      else promise->set_value(std::move(built));
+    }).detach();
+    return pending;
+  }
+
+  TemplateCacheStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TemplateCacheStats s = stats_;
+    s.entries = int64_t(order_.size());
+    return s;
+  }
+
+  // Builds still running finish for their callers but are not cached.
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    index_.clear();
+    order_.clear();
+    filling_.clear();
+    ++generation_;
+    stats_.bytes = 0;
+  }
+
+ private:
+  // Under the lock.
+  std::shared_ptr<const UnitTemplate> find(const TemplateKey& key) {
+    if (auto it = index_.find(key); it != index_.end()) {
+      ++stats_.hits;
+      order_.splice(order_.begin(), order_, it->second);
+      return it->second->second;
+    }
+    return nullptr;
+  }
+
+  // Under the lock.
+  std::shared_ptr<const UnitTemplate> insert(const TemplateKey& key, std::shared_ptr<const UnitTemplate> built) {
     if (auto it = index_.find(key); it != index_.end()) return it->second->second;
     ++stats_.builds;
     order_.emplace_front(key, built);
@@ -156,25 +302,12 @@ class TemplateCache {
     return built;
   }
 
-  TemplateCacheStats stats() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    TemplateCacheStats s = stats_;
-    s.entries = int64_t(order_.size());
-    return s;
-  }
-
-  void clear() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    index_.clear();
-    order_.clear();
-    stats_.bytes = 0;
-  }
-
- private:
   using Entry = std::pair<TemplateKey, std::shared_ptr<const UnitTemplate>>;
   std::mutex mutex_;
   std::list<Entry> order_;  // most recently used first
   std::unordered_map<TemplateKey, std::list<Entry>::iterator, KeyHash> index_;
+  std::unordered_map<TemplateKey, Fetched, KeyHash> filling_;
+  uint64_t generation_ = 0;  // clear()s so far
   TemplateCacheStats stats_;
 };
 
@@ -265,27 +398,46 @@ std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape ti
   return out;
 }
 
-dash_plan_header bind_header(const UnitTemplate& unit, const Problem& problem, int32_t num_ctas) {
-  dash_plan_header h = unit.plan.header;
+dash_plan_header bind_header(const dash_plan_header& template_header, const Problem& problem, int32_t num_ctas) {
+  dash_plan_header h = template_header;
   h.problem = problem.to_c();
   h.num_units = problem.batch * (h.gqa_mode == DASH_GQA_PACK_GROUP ? problem.heads_kv : problem.heads_q);
   h.num_ctas = num_ctas;
   return h;
 }
 
+// The resolution's note, then the template's own (its generalisations).
+std::string bound_note(const std::string& note, const std::string& generalised) {
+  std::string out;
+  out.reserve(note.size() + 2 + generalised.size());
+  out = note;
+  if (!generalised.empty()) {
+    if (!out.empty()) out += ". ";
+    out += generalised;
+  }
+  return out;
+}
+
 BoundPlan bound_plan(std::shared_ptr<const UnitTemplate> unit, const PlanRequest& req, const std::string& note) {
   BoundPlan out;
-  out.header = bind_header(*unit, req.problem, req.num_ctas);
-  const std::string& generalised = unit->plan.note;
-  out.note.reserve(note.size() + 2 + generalised.size());
-  out.note = note;
-  if (!generalised.empty()) {
-    if (!out.note.empty()) out.note += ". ";
-    out.note += generalised;
-  }
+  out.header = bind_header(unit->plan.header, req.problem, req.num_ctas);
+  out.note = bound_note(note, unit->plan.note);
   out.unit = std::move(unit);
   return out;
 }
+
+// What a resolution fetches for a template key. plan_for: the validated template. plan_for_async: the cache's
+// template or, while it is being filled, its layout, which is taken when its wave bound fits P; the validated
+// template is waited for only when the bound does not fit (then only its wave says whether it runs). Either way a
+// candidate is taken exactly when plan_for takes it: the validated wave is at most the bound.
+Fetched fetch_template(const TemplateKey& key, bool allow_filling, int32_t num_ctas) {
+  if (!allow_filling) return {unit_template(key), nullptr, {}};
+  Fetched f = cache().start_or_get(key);
+  if (f.unit == nullptr && f.layout->wave_bound > num_ctas) return {f.tables.get(), nullptr, {}};
+  return f;
+}
+
+int32_t fetched_wave(const Fetched& f) { return f.unit ? f.unit->wave : f.layout->wave_bound; }
 
 // ---- The resolution memo (plan_internal.hpp) ----
 
@@ -328,14 +480,20 @@ ResolutionMemo& resolution_memo() {
 std::atomic<int64_t> g_resolution_hits{0};
 std::atomic<int64_t> g_resolution_misses{0};
 
-// The plan a memoised resolution gives; nullopt if a template's wave no longer agrees with it (templates are
+// A resolution's outcome: the template it chose and its note up to the choice.
+struct Resolved {
+  Fetched chosen;
+  std::string note;
+};
+
+// The outcome a memoised resolution gives; nullopt if a template's wave no longer agrees with it (templates are
 // deterministic, so this does not happen; resolving afresh would then be right).
-std::optional<BoundPlan> replay(const Resolution& r, const PlanRequest& req) {
+std::optional<Resolved> replay(const Resolution& r, const PlanRequest& req, bool allow_filling) {
   for (const TemplateKey& key : r.skipped)
-    if (unit_template(key)->wave <= req.num_ctas) return std::nullopt;
-  std::shared_ptr<const UnitTemplate> unit = unit_template(r.chosen);
-  if (unit->wave > req.num_ctas) return std::nullopt;
-  return bound_plan(std::move(unit), req, r.note);
+    if (fetched_wave(fetch_template(key, allow_filling, req.num_ctas)) <= req.num_ctas) return std::nullopt;
+  Fetched chosen = fetch_template(r.chosen, allow_filling, req.num_ctas);
+  if (fetched_wave(chosen) > req.num_ctas) return std::nullopt;
+  return Resolved{std::move(chosen), r.note};
 }
 
 } // namespace
@@ -430,7 +588,10 @@ std::optional<ResolutionClass> ResolutionClassifier::classify(const PlanRequest&
 
 }  // namespace detail
 
-BoundPlan plan_for(const PlanRequest& req) {
+namespace {
+
+// plan_for's resolution: the schedule's candidates in order, the first whose template runs on P CTAs.
+Resolved resolve(const PlanRequest& req, bool allow_filling) {
   const TileShape tiles = checked_tiles(req);
 
   // A request seen before replays its resolution: one memo look-up, then the template cache as before.
@@ -440,7 +601,7 @@ BoundPlan plan_for(const PlanRequest& req) {
     memo_key = resolution_key(req, tiles);
     std::shared_ptr<const Resolution> seen;
     if (resolution_memo().find(memo_key, &seen)) {
-      if (std::optional<BoundPlan> out = replay(*seen, req)) {
+      if (std::optional<Resolved> out = replay(*seen, req, allow_filling)) {
         g_resolution_hits.fetch_add(1, std::memory_order_relaxed);
         return std::move(*out);
       }
@@ -468,9 +629,10 @@ BoundPlan plan_for(const PlanRequest& req) {
       continue;
     }
     const TemplateKey key = representative_template_key(representative, tiles, c.mode, c.planner);
-    std::shared_ptr<const UnitTemplate> unit = unit_template(key);
-    if (unit->wave > req.num_ctas) {
-      const std::string why = "the plan's waits need " + std::to_string(unit->wave) +
+    Fetched fetched = fetch_template(key, allow_filling, req.num_ctas);
+    const int32_t wave = fetched_wave(fetched);  // the validated one: a bound that does not fit was waited for
+    if (wave > req.num_ctas) {
+      const std::string why = "the plan's waits need " + std::to_string(wave) +
                               " co-resident CTAs (its largest wave) but only " + std::to_string(req.num_ctas) +
                               " are launched";
       if (!automatic)
@@ -490,10 +652,35 @@ BoundPlan plan_for(const PlanRequest& req) {
       g_resolution_misses.fetch_add(1, std::memory_order_relaxed);
       resolution_memo().insert(memo_key, record);
     }
-    return bound_plan(std::move(unit), req, record->note);
+    return Resolved{std::move(fetched), record->note};
   }
   throw Error("schedule", "no planner can run this problem" + note);
 }
+
+}  // namespace
+
+BoundPlan plan_for(const PlanRequest& req) {
+  Resolved r = resolve(req, false);
+  return bound_plan(std::move(r.chosen.unit), req, r.note);
+}
+
+AsyncBoundPlan plan_for_async(const PlanRequest& req) {
+  Resolved r = resolve(req, true);
+  AsyncBoundPlan out;
+  if (r.chosen.unit != nullptr) {
+    BoundPlan bound = bound_plan(std::move(r.chosen.unit), req, r.note);
+    out.unit = std::move(bound.unit);
+    out.header = bound.header;
+    out.note = std::move(bound.note);
+    return out;
+  }
+  out.header = bind_header(r.chosen.layout->header, req.problem, req.num_ctas);
+  out.note = bound_note(r.note, r.chosen.layout->note);
+  out.layout = std::move(r.chosen.layout);
+  out.tables = std::move(r.chosen.tables);
+  return out;
+}
+
 
 Plan build_plan(const PlanRequest& req) {
   BoundPlan bound = plan_for(req);
@@ -505,21 +692,8 @@ Plan build_plan(const PlanRequest& req) {
 
 
 dash_plan_header Plan::blob_header() const {
-  dash_plan_header h = header;
-  uint64_t offset = align_up(sizeof(dash_plan_header));
-  auto place = [&offset](uint64_t bytes) {
-    const uint32_t at = uint32_t(offset);
-    offset = align_up(offset + bytes);
-    return at;
-  };
-  h.items_offset = place(items.size() * sizeof(dash_item));
-  h.segments_offset = place(segments.size() * sizeof(dash_segment));
-  h.visits_offset = place(visits.size() * sizeof(dash_visit));
-  h.dq_count_offset = place(dq_count.size() * sizeof(uint16_t));
-  h.group_head_by_rank_offset = place(group_head_by_rank.size());
-  if (offset > std::numeric_limits<uint32_t>::max()) throw Error("plan", "blob larger than 4 GiB");
-  h.total_bytes = uint32_t(offset);
-  return h;
+  return blob_header_for(header, items.size(), segments.size(), visits.size(), dq_count.size(),
+                         group_head_by_rank.size());
 }
 
 std::vector<Plan::BlobPart> Plan::blob_parts(const dash_plan_header& h) const {

@@ -15,6 +15,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -24,6 +25,25 @@
 #include "planner_internal.hpp"  // GeometryClass
 
 namespace dash::detail {
+
+// A unit template in two phases (the template cache's asynchronous builds, plan_for_async): draft_unit runs the planner
+// and lays the tables out (items, segments, contribution counts and every header count: work in the segments and
+// runs, microseconds to a fraction of a millisecond); fill_unit writes and ranks the visit table (a large template's
+// milliseconds). build_unvalidated is the two in a row.
+struct UnitDraft;
+struct UnitDraftDeleter {
+  void operator()(UnitDraft* draft) const noexcept;
+};
+using UnitDraftPtr = std::unique_ptr<UnitDraft, UnitDraftDeleter>;
+// build_unvalidated's arguments and checks.
+UnitDraftPtr draft_unit(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode, int32_t num_ctas);
+// The drafted plan: every table but the visits (empty), header.visits_per_unit their number.
+const Plan& drafted_layout(const UnitDraft& draft);
+// A wave that the validated template cannot exceed (planners.cpp says why): 1 for claim-order ranks, else the items
+// of a unit. build_template checks it against the validator's.
+int32_t drafted_wave_bound(const UnitDraft& draft);
+// The finished, unvalidated plan.
+Plan fill_unit(UnitDraftPtr draft);
 
 // auto_candidates as first written: a scan of every table row, four log2 per row, and the ranking parsed from its
 // text. The reference the fast path must match bit for bit; counts a table scan.

@@ -31,6 +31,7 @@
 #endif
 
 #include "dash/plan.hpp"
+#include "plan_internal.hpp"
 #include "planner_internal.hpp"
 
 namespace dash {
@@ -704,12 +705,12 @@ List<uint16_t> arrivals_before(const TemplateDraft& draft, int32_t from, size_t 
   return before.counts(List<uint16_t>(memory));
 }
 
-// Fills the plan's tables and assigns every visit its rank in its accumulator's order. With several threads, each
-// writes a run of whole segments (claim order) or a range of lock-step positions of every item (lock-step arrival);
-// a part's counters start at what the parts before it contribute, so every rank is the one-thread one.
-void flatten(const TemplateDraft& draft, const TileGrid& grid, int32_t heads_per_unit, Plan& plan, Memory arena) {
+// Fills the visit table laid out by lay_out (`total` visits) and assigns every visit its rank in its accumulator's
+// order. With several threads, each writes a run of whole segments (claim order) or a range of lock-step positions of
+// every item (lock-step arrival); a part's counters start at what the parts before it contribute, so every rank is the
+// one-thread one.
+void fill_visits(const TemplateDraft& draft, const TileGrid& grid, int32_t total, Plan& plan, Memory arena) {
   const int32_t num_q = grid.num_q_tiles();
-  const int32_t total = lay_out(draft, num_q, heads_per_unit, plan, arena);
   const size_t accumulators = plan.dq_count.size();
   List<const SegmentDraft*> drafts(arena); // table order
   drafts.reserve(plan.segments.size());
@@ -842,20 +843,34 @@ void check_plan_limits(const Problem& problem, TileShape tiles, GqaMode mode, in
 
 int64_t planner_runs() { return g_planner_runs.load(std::memory_order_relaxed); }
 
-Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode,
-                       int32_t num_ctas) {
+namespace detail {
+
+// A unit template between its two phases: the planner's draft (its lists in `arena`), the tile grid, and the plan with
+// everything but the visit table.
+struct UnitDraft {
+  explicit UnitDraft(const Problem& problem, TileShape tiles) : grid(problem, tiles), draft(arena.get()) {}
+  ListArena arena;  // first: the draft's lists live in it
+  TileGrid grid;
+  TemplateDraft draft;
+  Plan plan;        // visits empty; header.visits_per_unit is the table's length
+};
+
+void UnitDraftDeleter::operator()(UnitDraft* draft) const noexcept { delete draft; }
+
+UnitDraftPtr draft_unit(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode, int32_t num_ctas) {
   if (gqa_mode == GqaMode::Auto) throw Error("gqa_mode", "auto is a request for build_plan, which resolves it");
   problem.validate();
   if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
   check_plan_limits(problem, tiles, gqa_mode, num_ctas);
   g_planner_runs.fetch_add(1, std::memory_order_relaxed);
-  const TileGrid grid(problem, tiles);
+  UnitDraftPtr out(new UnitDraft(problem, tiles));
+  const TileGrid& grid = out->grid;
   const int32_t group = problem.group_size();
   const int32_t heads_per_unit = gqa_mode == GqaMode::PackGroup ? group : 1;
+  const Memory arena = out->arena.get();
 
-  ListArena arena;  // the drafts' lists
-  const auto rows = rows_by_kv_tile(problem, grid, heads_per_unit, arena.get());
-  TemplateDraft draft(arena.get());
+  const auto rows = rows_by_kv_tile(problem, grid, heads_per_unit, arena);
+  TemplateDraft& draft = out->draft;
   switch (planner) {
     case Planner::Ascending: draft = plan_ascending(rows); break;
     case Planner::Descending: draft = plan_descending(rows); break;
@@ -864,7 +879,7 @@ Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles,
     default: throw Error("planner", "unknown planner " + std::to_string(int(planner)));
   }
 
-  Plan plan;
+  Plan& plan = out->plan;
   dash_plan_header& h = plan.header;
   h.magic = DASH_PLAN_MAGIC;
   h.version = DASH_PLAN_FORMAT_VERSION;
@@ -880,14 +895,35 @@ Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles,
   h.heads_per_unit = heads_per_unit;
   h.num_units = problem.batch * (gqa_mode == GqaMode::PackGroup ? problem.heads_kv : problem.heads_q);
   h.num_ctas = num_ctas;
-  flatten(draft, grid, heads_per_unit, plan, arena.get());
+  h.visits_per_unit = lay_out(draft, grid.num_q_tiles(), heads_per_unit, plan, arena);
   h.items_per_unit = int32_t(plan.items.size());
   h.segments_per_unit = int32_t(plan.segments.size());
-  h.visits_per_unit = int32_t(plan.visits.size());
   plan.group_head_by_rank.resize(group);
   std::iota(plan.group_head_by_rank.begin(), plan.group_head_by_rank.end(), uint8_t(0));
   plan.note = draft.note;
-  return plan;
+  return out;
+}
+
+const Plan& drafted_layout(const UnitDraft& draft) { return draft.plan; }
+
+// Claim-order ranks make every wait target the same or an earlier item (an accumulator's previous visit comes earlier
+// in the table), so no co-residency is needed; lock-step ranks make items wait on items of their own unit only (the
+// accumulators are a unit's), whose tickets are consecutive: at most a unit's items need to run at once.
+int32_t drafted_wave_bound(const UnitDraft& draft) {
+  return draft.draft.rank_rule == RankRule::ClaimOrder ? 1 : std::max(draft.plan.header.items_per_unit, 1);
+}
+
+Plan fill_unit(UnitDraftPtr draft) {
+  fill_visits(draft->draft, draft->grid, draft->plan.header.visits_per_unit, draft->plan, draft->arena.get());
+  return std::move(draft->plan);
+}
+
+}  // namespace detail
+
+Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode,
+                       int32_t num_ctas) {
+  using namespace detail;
+  return fill_unit(draft_unit(problem, planner, tiles, gqa_mode, num_ctas));
 }
 
 } // namespace dash

@@ -169,11 +169,12 @@ struct BwdRun {
     return dash_tensor{data, int64_t(seqlen) * heads * dim, int64_t(heads) * dim, int64_t(dim)};
   }
 
-  // Returns an empty string on success, else the failure.
-  std::string setup(const char* schedule, int num_ctas, int gqa_mode) {
+  // Returns an empty string on success, else the failure. async: the plan of dash_plan_create_async, made last, so
+  // that a new template's tables are still being written when the test's first run follows.
+  std::string setup(const char* schedule, int num_ctas, int gqa_mode, bool async = false) {
     const Case& c = pr.c;
     dash_problem problem = c.problem();
-    if (dash_plan_create(&problem, schedule, num_ctas, gqa_mode, &plan) != DASH_OK) {
+    if (!async && dash_plan_create(&problem, schedule, num_ctas, gqa_mode, &plan) != DASH_OK) {
       return std::string("dash_plan_create: ") + dash_last_error();
     }
     auto upload = [](uint16_t*& dst, const std::vector<uint16_t>& src) {
@@ -202,12 +203,20 @@ struct BwdRun {
     args.dv = tensor(dv, c.seqlen_k, c.heads_kv, c.dv());
     args.lse = lse;
     args.softmax_scale = 0.f;
+    if (async) {
+      if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return cudaGetErrorString(e);
+      if (dash_plan_create_async(&problem, schedule, num_ctas, gqa_mode, &plan) != DASH_OK) {
+        return std::string("dash_plan_create_async: ") + dash_last_error();
+      }
+    }
     workspace_bytes = dash_bwd_workspace_size(&args, plan);
     if (workspace_bytes == 0) return std::string("dash_bwd_workspace_size: ") + dash_last_error();
     if (cudaMalloc(&workspace, workspace_bytes) != cudaSuccess) return "cudaMalloc(workspace)";
     // Poison the workspace: deterministic mode must not depend on its contents.
     cudaMemset(workspace, 0x7f, workspace_bytes);
-    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return cudaGetErrorString(e);
+    if (!async) {
+      if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return cudaGetErrorString(e);
+    }
     return "";
   }
 
@@ -466,6 +475,76 @@ TEST(Backward, StagedPlanUploadIsExecutedInThePlansOrder) {
     r.download(q1, k1, v1);
     EXPECT_TRUE(q0 == q1 && k0 == k1 && v0 == v1) << schedule << ": gradients differ between two runs";
   }
+}
+
+// dash_plan_create_async: the backward is queued while the template's tables are still being written, so its stream
+// copies them in (bwd/plan_handle.cpp, "Tables still being written"). 131072 tokens, full mask, one head: 2048 x 1024
+// tiles at head dim 128, 17 MB of visits in nine 2 MB chunks, milliseconds to write, while the backward follows the
+// plan within microseconds. The kernel must execute exactly the plan's order (the order log against dash_plan_blob's validated
+// tables), bitwise the same twice.
+TEST(Backward, AsyncPlanTablesCopiedOnTheStreamAreExecutedInThePlansOrder) {
+  SKIP_WITHOUT_GPU();
+  const Problem pr({1, 1, 1, 131072, 131072, 128, DASH_MASK_FULL}, 11, /*with_reference=*/false);
+  for (const char* schedule : {"shift", "ascending"}) {
+    BwdRun r(pr);
+    ASSERT_EQ(r.setup(schedule, 0, DASH_GQA_SPLIT_HEADS, /*async=*/true), "") << schedule;
+    const dash::TileShape tiles = dash::default_backward_tiles(128);  // (dash_plan_blob would wait for the tables)
+    const size_t log_entries = size_t(131072 / tiles.block_m) * (131072 / tiles.block_n);
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&r.order_log), log_entries * 8));
+    CUDA_OK(cudaMemset(r.order_log, 0xff, log_entries * 8));
+    r.args.debug_order_log = r.order_log;
+    std::vector<uint16_t> q0, k0, v0, q1, k1, v1;
+    ASSERT_EQ(r.run(1), "") << schedule;
+    int32_t tables = -1;
+    ASSERT_EQ(dash_plan_tables(r.plan, &tables), DASH_OK);
+    EXPECT_EQ(tables, DASH_PLAN_TABLES_COPY_QUEUED)
+        << schedule << ": the tables were written before the backward was queued; the stream's copy went untested";
+    EXPECT_EQ(dash_plan_wait(r.plan), DASH_OK) << dash_last_error();
+    r.download(q0, k0, v0);
+    expect_order_matches_plan(r);
+    ASSERT_EQ(r.run(1), "") << schedule;
+    r.download(q1, k1, v1);
+    EXPECT_TRUE(q0 == q1 && k0 == k1 && v0 == v1) << schedule << ": gradients differ between two runs";
+  }
+}
+
+// A template whose build fails after its backward was queued (a planner bug that validation catches; injected here)
+// stops the stream with a trap instead of running on unvalidated tables, and says why on stderr and from
+// dash_plan_wait. A trap ends the CUDA context, so the test runs in a child process.
+TEST(BackwardDeathTest, AFailedBuildAfterItsBackwardWasQueuedStopsTheStream) {
+  SKIP_WITHOUT_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts afresh: no CUDA context inherited by fork
+  EXPECT_EXIT(
+      {
+        const Problem pr({1, 1, 1, 130944, 130944, 128, DASH_MASK_FULL}, 13, /*with_reference=*/false);
+        BwdRun r(pr);
+        setenv("DASH_ATTN_TEST_FAIL_TEMPLATE_BUILDS", "1", 1);
+        const bool made = r.setup("ascending", 0, DASH_GQA_SPLIT_HEADS, /*async=*/true).empty();
+        const bool queued = made && dash_bwd(&r.args, r.plan, 1, r.workspace, r.workspace_bytes, nullptr) == DASH_OK;
+        const bool stopped = queued && cudaDeviceSynchronize() != cudaSuccess;
+        const bool named = stopped && dash_plan_wait(r.plan) != DASH_OK &&
+                           std::string(dash_last_error()).find("on purpose") != std::string::npos;
+        std::fprintf(stderr, "made %d queued %d stopped %d named %d\n", made, queued, stopped, named);
+        std::_Exit(named ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "failed after its kernels were queued.*on purpose");
+}
+
+// The same failure known before the backward is queued: dash_plan_wait and dash_bwd return it (nothing launched).
+TEST(Backward, AFailedBuildKnownBeforeTheBackwardIsReturned) {
+  SKIP_WITHOUT_GPU();
+  const Problem pr({1, 1, 1, 1337, 1337, 64, DASH_MASK_CAUSAL}, 17, /*with_reference=*/false);
+  BwdRun r(pr);
+  setenv("DASH_ATTN_TEST_FAIL_TEMPLATE_BUILDS", "1", 1);  // read by the build (no other is running: tests run in turn)
+  const std::string made = r.setup("descending", 0, DASH_GQA_SPLIT_HEADS, /*async=*/true);
+  const dash_status waited = made.empty() ? dash_plan_wait(r.plan) : DASH_OK;  // the build has ended when it returns
+  unsetenv("DASH_ATTN_TEST_FAIL_TEMPLATE_BUILDS");
+  const std::string wait_error = dash_last_error();
+  const std::string ran = made.empty() ? r.run(1) : "";
+  ASSERT_EQ(made, "");
+  EXPECT_NE(waited, DASH_OK);
+  EXPECT_NE(wait_error.find("on purpose"), std::string::npos) << wait_error;
+  EXPECT_NE(ran.find("on purpose"), std::string::npos) << ran;
 }
 
 TEST(Backward, SingleCtaAscendingCompletes) {

@@ -130,6 +130,11 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const BwdParams params = make_params(a, *plan, deterministic, ws, w);
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
+  // A plan of dash_plan_create_async may still be building its tables: their copy is queued here, ahead of the
+  // kernels (plan_handle.cpp, "Tables still being written"), or the stream waits for a copy queued before.
+  if (plan->device_template != nullptr) {
+    if (dash_status s = plan->device_template->make_ready(stream); s != DASH_OK) return s;
+  }
   // Zero what must start at zero: the ticket and order counters always; the split-GQA dK/dV accumulators always
   // (every group rank adds). The dQ accumulators start at zero only when adds are unordered: the preprocess
   // kernel zeroes them then, in the same pass that writes delta (deterministic mode stores each accumulator's

@@ -5,6 +5,9 @@
 #include "bwd/plan_handle.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <future>
@@ -79,53 +82,115 @@ dash_status upload_stream(int device, cudaStream_t& stream) {
   return DASH_OK;
 }
 
-// Device copies of unit templates, most recently used first, up to kDeviceCacheBytes (a plan handle keeps its own
-// copy alive after eviction). Uploads go through a private non-blocking stream: the host waits for the copy
-// only, never for kernels queued on other streams (a plain cudaMemcpy would wait for the legacy default stream).
+// The state of a template whose blob was made before its tables were written (DeviceTemplate::pending).
+}  // namespace
+
+struct PendingUpload {
+  explicit PendingUpload(std::shared_future<std::shared_ptr<const UnitTemplate>> t) : tables(std::move(t)) {}
+  ~PendingUpload() {
+    if (copied != nullptr) cudaEventDestroy(copied);
+  }
+  std::shared_future<std::shared_ptr<const UnitTemplate>> tables;  // the validated template, or its build's error
+  std::mutex mutex;
+  enum class State { Waiting, Queued, Done } state = State::Waiting;
+  cudaEvent_t copied = nullptr;  // Queued: recorded on the stream that copies, after the copy and its check
+};
+
+namespace {
+
+// The parts of `unit`'s blob laid out by `blob_header`.
+std::vector<HostPart> host_parts(const UnitTemplate& unit, const dash_plan_header& blob_header) {
+  std::vector<HostPart> parts;
+  for (const Plan::BlobPart& part : unit.plan.blob_parts(blob_header)) parts.push_back({part.offset, part.data, part.bytes});
+  return parts;
+}
+
+// Device copies of unit templates, by template key and device, most recently used first, up to kDeviceCacheBytes (a
+// plan handle keeps its own copy alive after eviction). Uploads go through a private non-blocking stream: the host
+// waits for the copy only, never for kernels queued on other streams (a plain cudaMemcpy would wait for the legacy
+// default stream). A template still being written gets its entry at once, with a PendingUpload.
 class DeviceTemplateCache {
  public:
   static constexpr size_t kDeviceCacheBytes = size_t(1) << 30;
 
+  // The device copy of a validated template, its tables in the blob when this returns.
   dash_status get(const std::shared_ptr<const UnitTemplate>& unit, int device,
                   std::shared_ptr<const DeviceTemplate>& out) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if ((*it)->unit == unit && (*it)->device == device) {
-        entries_.splice(entries_.begin(), entries_, it);
-        out = entries_.front();
-        return DASH_OK;
+    std::shared_ptr<DeviceTemplate> entry;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      entry = find(unit->key, device);
+      if (entry == nullptr) {
+        if (dash_status s = make(unit->key, device, unit->plan.blob_header(), entry); s != DASH_OK) return s;
+        // Straight from the template's tables (no host copy of the blob: 8-16 MB at 128k tokens). The kernels read
+        // the tables only; the padding between them stays unwritten.
+        if (dash_status s = upload_to_device(device, entry->device_blob, host_parts(*unit, entry->blob_header));
+            s != DASH_OK) {
+          return s;
+        }
+        entry->unit = unit;
+        publish(entry);
       }
     }
-    auto entry = std::make_shared<DeviceTemplate>();
-    entry->unit = unit;
-    entry->device = device;
-    entry->blob_header = unit->plan.blob_header();
-    entry->bytes = entry->blob_header.total_bytes;
-    RelaxedCaptureMode relaxed;
-    if (cudaError_t s = cudaMalloc(&entry->device_blob, entry->bytes); s != cudaSuccess) {
-      entry->device_blob = nullptr;
-      return cuda_fail("cudaMalloc(plan blob)", s);
+    if (entry->pending != nullptr) {  // made by dash_plan_create_async: wait for its copy (not under the lock)
+      if (dash_status s = entry->wait_ready(); s != DASH_OK) return s;
     }
-    // Straight from the template's tables (no host copy of the blob: 8-16 MB at 128k tokens). The kernels read the
-    // tables only; the padding between them stays unwritten.
-    std::vector<HostPart> parts;
-    for (const Plan::BlobPart& part : unit->plan.blob_parts(entry->blob_header)) {
-      parts.push_back({part.offset, part.data, part.bytes});
-    }
-    if (dash_status s = upload_to_device(device, entry->device_blob, parts); s != DASH_OK) return s;
-    entries_.push_front(entry);
-    bytes_ += entry->bytes;
-    while (bytes_ > kDeviceCacheBytes && entries_.size() > 1) {
-      bytes_ -= entries_.back()->bytes;
-      entries_.pop_back();
+    out = entry;
+    return DASH_OK;
+  }
+
+  // The device copy of a template still being written (plan_for_async): its blob allocated, its tables to come
+  // (DeviceTemplate::make_ready). An entry made before for the same key is returned as it is.
+  dash_status get_pending(const dash::AsyncBoundPlan& bound, int device, std::shared_ptr<const DeviceTemplate>& out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::shared_ptr<DeviceTemplate> entry = find(bound.layout->key, device);
+    if (entry == nullptr) {
+      if (dash_status s = make(bound.layout->key, device, bound.layout->blob_header, entry); s != DASH_OK) return s;
+      entry->pending = std::make_unique<PendingUpload>(bound.tables);
+      publish(entry);
     }
     out = entry;
     return DASH_OK;
   }
 
  private:
+  // Under the lock.
+  std::shared_ptr<DeviceTemplate> find(const TemplateKey& key, int device) {
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if ((*it)->key == key && (*it)->device == device) {
+        entries_.splice(entries_.begin(), entries_, it);
+        return entries_.front();
+      }
+    }
+    return nullptr;
+  }
+
+  static dash_status make(const TemplateKey& key, int device, const dash_plan_header& blob_header,
+                          std::shared_ptr<DeviceTemplate>& entry) {
+    entry = std::make_shared<DeviceTemplate>();
+    entry->key = key;
+    entry->device = device;
+    entry->blob_header = blob_header;
+    entry->bytes = blob_header.total_bytes;
+    RelaxedCaptureMode relaxed;
+    if (cudaError_t s = cudaMalloc(&entry->device_blob, entry->bytes); s != cudaSuccess) {
+      entry->device_blob = nullptr;
+      return cuda_fail("cudaMalloc(plan blob)", s);
+    }
+    return DASH_OK;
+  }
+
+  void publish(const std::shared_ptr<DeviceTemplate>& entry) {
+    entries_.push_front(entry);
+    bytes_ += entry->bytes;
+    while (bytes_ > kDeviceCacheBytes && entries_.size() > 1) {
+      bytes_ -= entries_.back()->bytes;
+      entries_.pop_back();
+    }
+  }
+
   std::mutex mutex_;
-  std::list<std::shared_ptr<const DeviceTemplate>> entries_;
+  std::list<std::shared_ptr<DeviceTemplate>> entries_;
   size_t bytes_ = 0;
 };
 
@@ -175,6 +240,24 @@ class PinnedStaging {
     PinnedStaging* staging = allocation(device).get();
     return staging != nullptr && staging->device_ == device ? staging : nullptr;
   }
+  // get() without waiting: nullptr while the allocation is still running.
+  static PinnedStaging* ready(int device) {
+    std::shared_future<PinnedStaging*>& result = allocation(device);
+    if (result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
+    return get(device);
+  }
+
+  // One of the buffers of copies queued on a stream (DeviceTemplate::make_ready), kChunkBytes each, for as long as that
+  // copy's host functions use it; nullptr if all are taken (the caller then copies synchronously).
+  uint8_t* take_queue_buffer() {
+    for (int b = 0; b < kQueueBuffers; ++b)
+      if (!queue_taken_[b].exchange(true, std::memory_order_acquire)) return static_cast<uint8_t*>(queue_buffers_[b]);
+    return nullptr;
+  }
+  void release_queue_buffer(const uint8_t* buffer) {
+    for (int b = 0; b < kQueueBuffers; ++b)
+      if (queue_buffers_[b] == buffer) queue_taken_[b].store(false, std::memory_order_release);
+  }
 
   // Queues the copy of `parts` to `base` on `stream`. Returns once every byte has been read from the parts (the
   // host memory may change after that); the device copies may still be in flight on `stream`.
@@ -208,6 +291,13 @@ class PinnedStaging {
 
   // On the current device (device_).
   bool allocate() {
+    for (int b = 0; b < kQueueBuffers; ++b) {
+      if (cudaHostAlloc(&queue_buffers_[b], kChunkBytes, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        queue_buffers_[b] = nullptr;
+        queue_taken_[b].store(true);  // never handed out: copies go synchronously instead
+      }
+    }
     for (int b = 0; b < 2; ++b) {
       if (cudaHostAlloc(&buffers_[b], kChunkBytes, cudaHostAllocPortable) != cudaSuccess ||
           cudaEventCreateWithFlags(&drained_[b], cudaEventDisableTiming) != cudaSuccess) {
@@ -236,10 +326,16 @@ class PinnedStaging {
     return result;
   }
 
+  // Two copies queued at once (two new templates' first backwards before the first copy has run) cover a step's
+  // usual case; a third copies synchronously.
+  static constexpr int kQueueBuffers = 2;
+
   const int device_;
   std::mutex mutex_;
   void* buffers_[2] = {};
   cudaEvent_t drained_[2] = {};
+  void* queue_buffers_[kQueueBuffers] = {};
+  std::atomic<bool> queue_taken_[kQueueBuffers] = {};
 };
 
 }  // namespace
@@ -269,6 +365,231 @@ dash_status upload_to_device(int device, void* device_blob, const std::vector<Ho
   if (cudaError_t s = cudaStreamSynchronize(stream); s != cudaSuccess) {
     return cuda_fail("cudaStreamSynchronize(plan upload)", s);
   }
+  return DASH_OK;
+}
+
+// ---- Tables still being written (dash_plan_create_async) ----
+//
+// A new template's plan is resolved on the drafts' layouts (dash::plan_for_async) and its visit table is written and
+// validated on a thread of its own; its blob is allocated at once. The first backward that needs the tables before
+// they are done does not wait for them on the host: make_ready queues, on the backward's own stream and ahead of its
+// kernels, host functions that copy the blob chunk by chunk into a pinned buffer, each followed by the copy of that
+// chunk to the device; then a one-thread kernel that traps unless the blob's header carries the plan magic; then an
+// event that later backwards on other streams wait for.
+//
+// Why this cannot deadlock (docs/DEADLOCK.md, "Tables still being written"): the first host function waits for the
+// template's build, which runs on the host and waits for no GPU work; the copies are on the same stream after it.
+// Nothing the host functions wait for is queued behind them on any stream or hardware queue, which also holds with
+// CUDA_DEVICE_MAX_CONNECTIONS=1, where every stream shares one queue (a copy on a private stream, waited for by the
+// host function, could sit behind the host function itself there).
+//
+// A build that fails (a planner bug: validation refused its tables) writes a header without the magic: the check
+// kernel traps, the stream's later kernels do not run, and the reason goes to stderr (dash_plan_wait returns it).
+namespace {
+
+struct QueuedCopy {
+  struct Chunk {
+    QueuedCopy* copy;
+    size_t first, bytes;  // of the blob
+  };
+  std::shared_future<std::shared_ptr<const UnitTemplate>> tables;
+  dash_plan_header blob_header{};  // the layout's, which the device blob was allocated for
+  PinnedStaging* staging = nullptr;
+  uint8_t* buffer = nullptr;       // kChunkBytes of pinned memory, this copy's until its last host function
+  std::vector<Chunk> chunks;
+  std::shared_ptr<const UnitTemplate> unit;  // set by the first chunk's host function, when the template is built
+  std::vector<HostPart> parts;               // of unit's blob
+  bool failed = false;
+};
+
+// Host function: the template's blob bytes [first, first + bytes) into the pinned buffer. The first chunk waits for
+// the template (host work only) and checks that its blob has the layout the device blob was made for.
+void CUDART_CB fill_chunk(void* data) {
+  const QueuedCopy::Chunk& chunk = *static_cast<QueuedCopy::Chunk*>(data);
+  QueuedCopy& copy = *chunk.copy;
+  if (chunk.first == 0) {
+    try {
+      const std::shared_ptr<const UnitTemplate> unit = copy.tables.get();
+      const dash_plan_header h = unit->plan.blob_header();
+      const dash_plan_header& l = copy.blob_header;
+      if (h.total_bytes != l.total_bytes || h.items_offset != l.items_offset || h.visits_offset != l.visits_offset ||
+          h.segments_offset != l.segments_offset || h.dq_count_offset != l.dq_count_offset ||
+          h.group_head_by_rank_offset != l.group_head_by_rank_offset) {
+        throw Error("plan", "the built template's blob differs from its draft's layout");
+      }
+      copy.unit = unit;  // the parts point into its tables
+      copy.parts = host_parts(*unit, h);
+      copy.parts.front().data = nullptr;  // the header part points at `h`, a local: written here instead
+      std::memcpy(copy.buffer, &h, sizeof h);
+    } catch (const std::exception& e) {
+      copy.failed = true;
+      std::fprintf(stderr, "dash_attn: the backward's plan failed after its kernels were queued: %s; the backward "
+                           "stops with a device trap\n", e.what());
+    }
+  }
+  if (copy.failed) {
+    if (chunk.first == 0) std::memset(copy.buffer, 0, sizeof(dash_plan_header));  // no magic: the check traps
+    return;
+  }
+  const size_t end = chunk.first + chunk.bytes;
+  for (const HostPart& part : copy.parts) {
+    if (part.data == nullptr || part.bytes == 0) continue;
+    const size_t from = std::max(part.offset, chunk.first), to = std::min(part.offset + part.bytes, end);
+    if (from < to) {
+      std::memcpy(copy.buffer + (from - chunk.first), static_cast<const uint8_t*>(part.data) + (from - part.offset),
+                  to - from);
+    }
+  }
+}
+
+// Host function after the last copy from the buffer: gives it back.
+void CUDART_CB finish_copy(void* data) {
+  auto* copy = static_cast<QueuedCopy*>(data);
+  copy->staging->release_queue_buffer(copy->buffer);
+  delete copy;
+}
+
+}  // namespace
+
+dash_status DeviceTemplate::validated(std::shared_ptr<const UnitTemplate>& out) const {
+  if (unit != nullptr) {
+    out = unit;
+    return DASH_OK;
+  }
+  try {
+    out = pending->tables.get();
+  } catch (const std::exception& e) {
+    return capi::fail(DASH_ERROR_INVALID_ARGUMENT, e.what());
+  }
+  return DASH_OK;
+}
+
+namespace {
+// Under the pending upload's lock, state Waiting: waits for the template and copies it synchronously.
+dash_status upload_when_built(const DeviceTemplate& t, PendingUpload& p) {
+  std::shared_ptr<const UnitTemplate> unit;
+  if (dash_status s = t.validated(unit); s != DASH_OK) return s;
+  if (dash_status s = upload_to_device(t.device, t.device_blob, host_parts(*unit, unit->plan.blob_header()));
+      s != DASH_OK) {
+    return s;
+  }
+  p.state = PendingUpload::State::Done;
+  return DASH_OK;
+}
+}  // namespace
+
+int32_t DeviceTemplate::tables_state() const {
+  if (pending == nullptr) return DASH_PLAN_TABLES_READY;
+  std::lock_guard<std::mutex> lock(pending->mutex);
+  switch (pending->state) {
+    case PendingUpload::State::Done: return DASH_PLAN_TABLES_READY;
+    case PendingUpload::State::Queued: return DASH_PLAN_TABLES_COPY_QUEUED;
+    case PendingUpload::State::Waiting: break;
+  }
+  return DASH_PLAN_TABLES_BEING_WRITTEN;
+}
+
+dash_status DeviceTemplate::wait_ready() const {
+  if (pending == nullptr) return DASH_OK;
+  PendingUpload& p = *pending;
+  std::lock_guard<std::mutex> lock(p.mutex);
+  switch (p.state) {
+    case PendingUpload::State::Done: return DASH_OK;
+    case PendingUpload::State::Queued: {
+      std::shared_ptr<const UnitTemplate> unit;
+      if (dash_status s = validated(unit); s != DASH_OK) return s;  // the reason, before the trap's CUDA error
+      if (cudaError_t s = cudaEventSynchronize(p.copied); s != cudaSuccess) {
+        return cuda_fail("cudaEventSynchronize(plan tables copy)", s);
+      }
+      p.state = PendingUpload::State::Done;
+      return DASH_OK;
+    }
+    case PendingUpload::State::Waiting: return upload_when_built(*this, p);
+  }
+  return DASH_OK;
+}
+
+dash_status DeviceTemplate::make_ready(cudaStream_t stream) const {
+  if (pending == nullptr) return DASH_OK;
+  PendingUpload& p = *pending;
+  std::lock_guard<std::mutex> lock(p.mutex);
+  if (p.state == PendingUpload::State::Done) return DASH_OK;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaError_t s = cudaStreamIsCapturing(stream, &capture); s != cudaSuccess) {
+    return cuda_fail("cudaStreamIsCapturing", s);
+  }
+  if (p.state == PendingUpload::State::Queued) {
+    RelaxedCaptureMode relaxed;  // the event belongs to no capture; querying it is no graph work
+    const cudaError_t done = cudaEventQuery(p.copied);
+    if (done == cudaSuccess) {
+      p.state = PendingUpload::State::Done;
+      return DASH_OK;
+    }
+    if (done != cudaErrorNotReady) return cuda_fail("cudaEventQuery(plan tables copy)", done);
+    cudaGetLastError();  // cudaErrorNotReady is not an error to keep
+    if (capture != cudaStreamCaptureStatusNone) {
+      // A graph cannot wait on an event recorded outside its capture: wait for the copy here. The copy waits on the
+      // host only for the template's build (above), so this wait ends.
+      std::shared_ptr<const UnitTemplate> unit;
+      if (dash_status s = validated(unit); s != DASH_OK) return s;
+      if (cudaError_t s = cudaEventSynchronize(p.copied); s != cudaSuccess) {
+        return cuda_fail("cudaEventSynchronize(plan tables copy)", s);
+      }
+      p.state = PendingUpload::State::Done;
+      return DASH_OK;
+    }
+    // The copy was queued on another stream (or on this one, which costs nothing): wait for it on the GPU. It waits on
+    // the host only for the template's build, so this wait ends.
+    if (cudaError_t s = cudaStreamWaitEvent(stream, p.copied, 0); s != cudaSuccess) {
+      return cuda_fail("cudaStreamWaitEvent(plan tables copy)", s);
+    }
+    return DASH_OK;
+  }
+  // Waiting. A built template, a capturing stream (host functions and copies would become graph nodes that run
+  // again at every replay) or no free pinned buffer: wait for the build here and copy synchronously.
+  PinnedStaging* staging = PinnedStaging::ready(device);
+  uint8_t* buffer = nullptr;
+  if (capture == cudaStreamCaptureStatusNone &&
+      p.tables.wait_for(std::chrono::seconds(0)) != std::future_status::ready && staging != nullptr) {
+    buffer = staging->take_queue_buffer();
+  }
+  if (buffer == nullptr) return upload_when_built(*this, p);
+  if (p.copied == nullptr) {
+    if (cudaError_t s = cudaEventCreateWithFlags(&p.copied, cudaEventDisableTiming); s != cudaSuccess) {
+      staging->release_queue_buffer(buffer);
+      return cuda_fail("cudaEventCreateWithFlags(plan tables copy)", s);
+    }
+  }
+  auto* copy = new QueuedCopy;
+  copy->tables = p.tables;
+  copy->blob_header = blob_header;
+  copy->staging = staging;
+  copy->buffer = buffer;
+  const size_t total = blob_header.total_bytes;
+  for (size_t first = 0; first < total; first += PinnedStaging::kChunkBytes) {
+    copy->chunks.push_back({copy, first, std::min(PinnedStaging::kChunkBytes, total - first)});
+  }
+  // An error while queuing leaves what was queued to run (its host functions read `copy`, which is then never freed,
+  // and its buffer never given back) and reports the error: the template stays Waiting, and a later call copies it
+  // synchronously.
+  uint8_t* blob = static_cast<uint8_t*>(device_blob);
+  for (QueuedCopy::Chunk& chunk : copy->chunks) {
+    if (cudaError_t s = cudaLaunchHostFunc(stream, fill_chunk, &chunk); s != cudaSuccess) {
+      return cuda_fail("cudaLaunchHostFunc(plan tables copy)", s);
+    }
+    if (cudaError_t s = cudaMemcpyAsync(blob + chunk.first, buffer, chunk.bytes, cudaMemcpyHostToDevice, stream);
+        s != cudaSuccess) {
+      return cuda_fail("cudaMemcpyAsync(plan tables copy)", s);
+    }
+  }
+  if (dash_status s = launch_plan_magic_check(device_blob, stream); s != DASH_OK) return s;
+  if (cudaError_t s = cudaLaunchHostFunc(stream, finish_copy, copy); s != cudaSuccess) {
+    return cuda_fail("cudaLaunchHostFunc(plan tables copy)", s);
+  }
+  if (cudaError_t s = cudaEventRecord(p.copied, stream); s != cudaSuccess) {
+    return cuda_fail("cudaEventRecord(plan tables copy)", s);
+  }
+  p.state = PendingUpload::State::Queued;
   return DASH_OK;
 }
 
@@ -335,8 +656,12 @@ dash_status resolve_ctas(int32_t& num_ctas, int& device) {
 
 }  // namespace
 
-dash_status dash_plan_create(const dash_problem* problem, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
-                             dash_plan_t* out) {
+namespace {
+
+// dash_plan_create and dash_plan_create_async: `async` resolves on the drafts' layouts (dash::plan_for_async) and
+// leaves a new template's tables to come (DeviceTemplate::make_ready).
+dash_status create_plan(const dash_problem* problem, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
+                        dash_plan_t* out, bool async) {
   dash::capi::set_last_error("");
   if (out == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "out: null pointer");
   *out = nullptr;
@@ -346,21 +671,35 @@ dash_status dash_plan_create(const dash_problem* problem, const char* schedule, 
   if (dash_status s = dash_check_problem(problem, 1); s != DASH_OK) return s;
   int device = 0;
   if (dash_status s = resolve_ctas(num_ctas, device); s != DASH_OK) return s;
-  dash::BoundPlan bound;
+  dash::AsyncBoundPlan bound;
   try {
     dash::PlanRequest request;
     request.problem = dash::Problem::from_c(*problem);
     request.schedule = dash::Schedule::parse(schedule);
     request.num_ctas = num_ctas;
     request.gqa_mode = static_cast<dash::GqaMode>(gqa_mode);
-    bound = dash::plan_for(request);
+    if (async) {
+      bound = dash::plan_for_async(request);
+    } else {
+      dash::BoundPlan b = dash::plan_for(request);
+      bound.unit = std::move(b.unit);
+      bound.header = b.header;
+      bound.note = std::move(b.note);
+    }
   } catch (const dash::Error& e) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, e.what());
   } catch (const std::exception& e) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, std::string("plan: ") + e.what());
   }
   std::shared_ptr<const dash::kernels::bwd::DeviceTemplate> device_template;
-  if (dash_status s = dash::kernels::bwd::device_cache().get(bound.unit, device, device_template); s != DASH_OK) return s;
+  if (bound.unit != nullptr) {
+    if (dash_status s = dash::kernels::bwd::device_cache().get(bound.unit, device, device_template); s != DASH_OK) {
+      return s;
+    }
+  } else if (dash_status s = dash::kernels::bwd::device_cache().get_pending(bound, device, device_template);
+             s != DASH_OK) {
+    return s;
+  }
   auto plan = new dash_plan_s;
   plan->header = bound.header;
   const dash_plan_header& offsets = device_template->blob_header;
@@ -374,6 +713,33 @@ dash_status dash_plan_create(const dash_problem* problem, const char* schedule, 
   plan->note = std::move(bound.note);
   plan->device = device;
   *out = plan;
+  return DASH_OK;
+}
+
+}  // namespace
+
+dash_status dash_plan_create(const dash_problem* problem, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
+                             dash_plan_t* out) {
+  return create_plan(problem, schedule, num_ctas, gqa_mode, out, false);
+}
+
+dash_status dash_plan_create_async(const dash_problem* problem, const char* schedule, int32_t num_ctas,
+                                   int32_t gqa_mode, dash_plan_t* out) {
+  return create_plan(problem, schedule, num_ctas, gqa_mode, out, true);
+}
+
+dash_status dash_plan_wait(dash_plan_t plan) {
+  dash::capi::set_last_error("");
+  if (dash_status s = dash::kernels::bwd::check_plan(plan); s != DASH_OK) return s;
+  if (plan->device_template == nullptr) return DASH_OK;  // varlen plans are complete when made
+  return plan->device_template->wait_ready();
+}
+
+dash_status dash_plan_tables(dash_plan_t plan, int32_t* state) {
+  dash::capi::set_last_error("");
+  if (state == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "state: null pointer");
+  if (dash_status s = dash::kernels::bwd::check_plan(plan); s != DASH_OK) return s;
+  *state = plan->device_template != nullptr ? plan->device_template->tables_state() : DASH_PLAN_TABLES_READY;
   return DASH_OK;
 }
 
@@ -483,9 +849,14 @@ dash_status dash_plan_blob(dash_plan_t plan, const void** data, size_t* bytes) {
   if (plan->varlen != nullptr) {
     return fail(DASH_ERROR_UNSUPPORTED, "plan: a varlen plan has one blob per sequence shape, not one blob");
   }
-  std::call_once(plan->blob_once, [plan] {
-    dash::Plan copy = plan->device_template->unit->plan;
+  // A plan made by dash_plan_create_async waits for its template here; its wave comes with validation.
+  std::shared_ptr<const dash::UnitTemplate> unit;
+  if (dash_status s = plan->device_template->validated(unit); s != DASH_OK) return s;
+  std::call_once(plan->blob_once, [plan, &unit] {
+    dash::Plan copy = unit->plan;
     copy.header = plan->header;
+    copy.header.min_coresident_ctas = unit->plan.header.min_coresident_ctas;
+    copy.header.flags = unit->plan.header.flags;
     copy.note = plan->note;
     plan->blob = copy.to_blob();
   });

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include "dash/dash_attn.h"
 #include "dash/plan.hpp"
 #include "dash/plan_format.h"
@@ -16,14 +18,35 @@
 
 namespace dash::kernels::bwd {
 
-// One unit template's blob on one device. Freed when the last plan and the device cache drop it.
+// One unit template's blob on one device. Freed when the last plan and the device cache drop it (cudaFree waits for
+// the device, so for any copy still queued into it).
+//
+// A template still being written when its blob was made (dash_plan_create_async) has a PendingUpload: its tables
+// reach the blob through make_ready, the first call on a stream queuing their copy there instead of waiting for them
+// on the host (plan_handle.cpp, "Tables still being written").
+struct PendingUpload;
 struct DeviceTemplate {
-  std::shared_ptr<const UnitTemplate> unit;
-  dash_plan_header blob_header{};  // the template blob's header: the tables' byte offsets
+  TemplateKey key;
+  std::shared_ptr<const UnitTemplate> unit;  // null while pending (then PendingUpload::tables gives it)
+  dash_plan_header blob_header{};            // the template blob's header: the tables' byte offsets
   void* device_blob = nullptr;
   size_t bytes = 0;
   int device = -1;
+  std::unique_ptr<PendingUpload> pending;    // null once the blob was filled when made
   ~DeviceTemplate();
+
+  // Makes kernels queued on `stream` after this call find the tables in the blob: nothing once they are there;
+  // else queues their copy on `stream` (or makes `stream` wait for a copy queued on another), which waits on the
+  // host side only for the template's build, never for other GPU work; or, during graph capture or without a
+  // free staging buffer, waits for the build here and copies synchronously. An error of the build (or of its
+  // validation) is returned, never launched on.
+  dash_status make_ready(cudaStream_t stream) const;
+  // Waits on the host until the tables are validated and in the blob; the build's error otherwise.
+  dash_status wait_ready() const;
+  // The validated template (waiting for it if pending); null and an error status if its build failed.
+  dash_status validated(std::shared_ptr<const UnitTemplate>& out) const;
+  // dash_plan_tables_state, as last seen.
+  int32_t tables_state() const;
 };
 
 // One contiguous piece of a table blob: `bytes` at byte `offset`, copied from `data`.
@@ -48,6 +71,11 @@ struct VarlenDevicePlan {
          kv_tile_sequence_offset = 0;
   ~VarlenDevicePlan();
 };
+
+// Queues on `stream` a one-thread kernel that traps unless the blob at `device_blob` starts with a plan header's magic
+// (plan_check.cu): the last step of a copy queued by DeviceTemplate::make_ready, whose failed build leaves the magic
+// out, so that no kernel after it runs on tables that were never validated.
+dash_status launch_plan_magic_check(const void* device_blob, cudaStream_t stream);
 
 // SMs the current context can run on: the device's, or fewer in a green context or an MPS client with an SM limit.
 dash_status usable_sms(int device, int32_t& sms);
