@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -131,19 +132,22 @@ detail::UnitDraftPtr draft_template(const TemplateKey& key) {
                             static_cast<GqaMode>(key.gqa_mode), 1);
 }
 
-// Fault injection for the tests of the paths that must report a failed build (a planner bug that validation
-// catches): with DASH_ATTN_TEST_FAIL_TEMPLATE_BUILDS=1 in the environment, every build fails after its fill.
-bool builds_fail_on_purpose() {
-  const char* value = std::getenv("DASH_ATTN_TEST_FAIL_TEMPLATE_BUILDS");
-  return value != nullptr && value[0] == '1';
+// Fault injection for the tests of the paths a slow or failing build takes (dash_plan_create_async's backward then
+// copies the tables on its stream, or stops it): DASH_ATTN_TEST_TEMPLATE_BUILDS=slow makes every build take half a
+// second more after its fill; =fail then makes it fail, as a planner bug that validation catches would.
+void inject_build_faults() {
+  const char* value = std::getenv("DASH_ATTN_TEST_TEMPLATE_BUILDS");
+  if (value == nullptr) return;
+  const std::string mode = value;
+  if (mode != "slow" && mode != "fail") return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  if (mode == "fail") throw Error("schedule", "the template's build failed on purpose (DASH_ATTN_TEST_TEMPLATE_BUILDS=fail)");
 }
 
 std::shared_ptr<const UnitTemplate> finish_template(const TemplateKey& key, detail::UnitDraftPtr draft) {
   const int32_t bound = detail::drafted_wave_bound(*draft);
   Plan filled = detail::fill_unit(std::move(draft));
-  if (builds_fail_on_purpose()) {  // after the fill's milliseconds, as validation would fail
-    throw Error("schedule", "the template's build failed on purpose (DASH_ATTN_TEST_FAIL_TEMPLATE_BUILDS=1)");
-  }
+  inject_build_faults();
   std::shared_ptr<UnitTemplate> t = validated_template(std::move(filled), unit_problem(key), bound);
   t->key = key;
   return t;

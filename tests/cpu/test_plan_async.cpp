@@ -6,6 +6,7 @@
 // of one new template start one build, and plan_for during that build waits for it rather than building again.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -149,6 +150,34 @@ TEST(PlanForAsync, OneBuildPerNewTemplateWhateverTheCallers) {
   }
   EXPECT_EQ(dash::planner_runs() - runs_before, 1);
   EXPECT_EQ(dash::template_cache_stats().builds - builds_before, 1);
+}
+
+// A build that fails (injected: DASH_ATTN_TEST_TEMPLATE_BUILDS=fail, as a planner bug caught by validation would) gives
+// its error to whoever waits for it, plan_for_async's caller and a plan_for that found the build running alike; the
+// failure is not cached: the next request builds again.
+TEST(PlanForAsync, ABuildErrorReachesEveryCallerAndIsNotCached) {
+  dash::clear_template_cache();
+  const dash::PlanRequest req{make_problem(3001, 3001, Mask::Causal, 4, 4), dash::Schedule::parse("ascending"), 132, {},
+                              GqaMode::Auto, nullptr};
+  setenv("DASH_ATTN_TEST_TEMPLATE_BUILDS", "fail", 1);  // read by the build thread, started after this
+  const dash::AsyncBoundPlan pending = dash::plan_for_async(req);
+  ASSERT_EQ(pending.unit, nullptr) << "the build should still be running (it sleeps half a second)";
+  std::string sync_error, async_error;
+  try {
+    dash::plan_for(req);  // finds the build running and waits for it
+  } catch (const dash::Error& e) {
+    sync_error = e.what();
+  }
+  try {
+    pending.tables.get();
+  } catch (const dash::Error& e) {
+    async_error = e.what();
+  }
+  unsetenv("DASH_ATTN_TEST_TEMPLATE_BUILDS");  // both builds have ended
+  EXPECT_NE(sync_error.find("on purpose"), std::string::npos) << sync_error;
+  EXPECT_NE(async_error.find("on purpose"), std::string::npos) << async_error;
+  const dash::BoundPlan later = dash::plan_for(req);
+  EXPECT_NE(later.unit, nullptr);
 }
 
 }  // namespace

@@ -478,18 +478,22 @@ TEST(Backward, StagedPlanUploadIsExecutedInThePlansOrder) {
 }
 
 // dash_plan_create_async: the backward is queued while the template's tables are still being written, so its stream
-// copies them in (bwd/plan_handle.cpp, "Tables still being written"). 131072 tokens, full mask, one head: 2048 x 1024
-// tiles at head dim 128, 17 MB of visits in nine 2 MB chunks, milliseconds to write, while the backward follows the
-// plan within microseconds. The kernel must execute exactly the plan's order (the order log against dash_plan_blob's validated
-// tables), bitwise the same twice.
+// copies them in (bwd/plan_handle.cpp, "Tables still being written"). The builds are made half a second slower
+// (DASH_ATTN_TEST_TEMPLATE_BUILDS=slow), so that this path is taken whatever the host's speed. 49280 tokens, full mask,
+// one head: 770 x 385 tiles at head dim 128, 2.4 MB of visits in two 2 MB chunks. The kernel must execute exactly the
+// plan's order (the order log against dash_plan_blob's validated tables), bitwise the same twice.
 TEST(Backward, AsyncPlanTablesCopiedOnTheStreamAreExecutedInThePlansOrder) {
   SKIP_WITHOUT_GPU();
-  const Problem pr({1, 1, 1, 131072, 131072, 128, DASH_MASK_FULL}, 11, /*with_reference=*/false);
+  constexpr int kTokens = 49280;
+  const Problem pr({1, 1, 1, kTokens, kTokens, 128, DASH_MASK_FULL}, 11, /*with_reference=*/false);
   for (const char* schedule : {"shift", "ascending"}) {
     BwdRun r(pr);
-    ASSERT_EQ(r.setup(schedule, 0, DASH_GQA_SPLIT_HEADS, /*async=*/true), "") << schedule;
+    setenv("DASH_ATTN_TEST_TEMPLATE_BUILDS", "slow", 1);  // read by the build, which starts after this
+    const std::string made = r.setup(schedule, 0, DASH_GQA_SPLIT_HEADS, /*async=*/true);
+    ASSERT_EQ(made, "") << schedule;
     const dash::TileShape tiles = dash::default_backward_tiles(128);  // (dash_plan_blob would wait for the tables)
-    const size_t log_entries = size_t(131072 / tiles.block_m) * (131072 / tiles.block_n);
+    const size_t log_entries = size_t((kTokens + tiles.block_m - 1) / tiles.block_m) *
+                               ((kTokens + tiles.block_n - 1) / tiles.block_n);
     CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&r.order_log), log_entries * 8));
     CUDA_OK(cudaMemset(r.order_log, 0xff, log_entries * 8));
     r.args.debug_order_log = r.order_log;
@@ -500,6 +504,7 @@ TEST(Backward, AsyncPlanTablesCopiedOnTheStreamAreExecutedInThePlansOrder) {
     EXPECT_EQ(tables, DASH_PLAN_TABLES_COPY_QUEUED)
         << schedule << ": the tables were written before the backward was queued; the stream's copy went untested";
     EXPECT_EQ(dash_plan_wait(r.plan), DASH_OK) << dash_last_error();
+    unsetenv("DASH_ATTN_TEST_TEMPLATE_BUILDS");  // the build has ended: dash_plan_wait returned
     r.download(q0, k0, v0);
     expect_order_matches_plan(r);
     ASSERT_EQ(r.run(1), "") << schedule;
@@ -508,23 +513,24 @@ TEST(Backward, AsyncPlanTablesCopiedOnTheStreamAreExecutedInThePlansOrder) {
   }
 }
 
-// A template whose build fails after its backward was queued (a planner bug that validation catches; injected here)
-// stops the stream with a trap instead of running on unvalidated tables, and says why on stderr and from
+// A template whose build fails after its backward was queued (a planner bug that validation catches; injected here,
+// half a second after the plan was made) stops the stream with a trap instead of running on unvalidated tables, and says why on stderr and from
 // dash_plan_wait. A trap ends the CUDA context, so the test runs in a child process.
 TEST(BackwardDeathTest, AFailedBuildAfterItsBackwardWasQueuedStopsTheStream) {
   SKIP_WITHOUT_GPU();
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts afresh: no CUDA context inherited by fork
   EXPECT_EXIT(
       {
-        const Problem pr({1, 1, 1, 130944, 130944, 128, DASH_MASK_FULL}, 13, /*with_reference=*/false);
+        const Problem pr({1, 1, 1, 49408, 49408, 128, DASH_MASK_FULL}, 13, /*with_reference=*/false);
         BwdRun r(pr);
-        setenv("DASH_ATTN_TEST_FAIL_TEMPLATE_BUILDS", "1", 1);
+        setenv("DASH_ATTN_TEST_TEMPLATE_BUILDS", "fail", 1);
         const bool made = r.setup("ascending", 0, DASH_GQA_SPLIT_HEADS, /*async=*/true).empty();
         const bool queued = made && dash_bwd(&r.args, r.plan, 1, r.workspace, r.workspace_bytes, nullptr) == DASH_OK;
         const bool stopped = queued && cudaDeviceSynchronize() != cudaSuccess;
         const bool named = stopped && dash_plan_wait(r.plan) != DASH_OK &&
                            std::string(dash_last_error()).find("on purpose") != std::string::npos;
-        std::fprintf(stderr, "made %d queued %d stopped %d named %d\n", made, queued, stopped, named);
+        std::fprintf(stderr, "made %d queued %d stopped %d named %d (%s)\n", made, queued, stopped, named,
+                     dash_last_error());
         std::_Exit(named ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "failed after its kernels were queued.*on purpose");
@@ -535,10 +541,10 @@ TEST(Backward, AFailedBuildKnownBeforeTheBackwardIsReturned) {
   SKIP_WITHOUT_GPU();
   const Problem pr({1, 1, 1, 1337, 1337, 64, DASH_MASK_CAUSAL}, 17, /*with_reference=*/false);
   BwdRun r(pr);
-  setenv("DASH_ATTN_TEST_FAIL_TEMPLATE_BUILDS", "1", 1);  // read by the build (no other is running: tests run in turn)
+  setenv("DASH_ATTN_TEST_TEMPLATE_BUILDS", "fail", 1);  // read by the build (no other is running: tests run in turn)
   const std::string made = r.setup("descending", 0, DASH_GQA_SPLIT_HEADS, /*async=*/true);
   const dash_status waited = made.empty() ? dash_plan_wait(r.plan) : DASH_OK;  // the build has ended when it returns
-  unsetenv("DASH_ATTN_TEST_FAIL_TEMPLATE_BUILDS");
+  unsetenv("DASH_ATTN_TEST_TEMPLATE_BUILDS");
   const std::string wait_error = dash_last_error();
   const std::string ran = made.empty() ? r.run(1) : "";
   ASSERT_EQ(made, "");
