@@ -240,12 +240,6 @@ class PinnedStaging {
     PinnedStaging* staging = allocation(device).get();
     return staging != nullptr && staging->device_ == device ? staging : nullptr;
   }
-  // get() without waiting: nullptr while the allocation is still running.
-  static PinnedStaging* ready(int device) {
-    std::shared_future<PinnedStaging*>& result = allocation(device);
-    if (result.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
-    return get(device);
-  }
 
   // One of the buffers of copies queued on a stream (DeviceTemplate::make_ready), kChunkBytes each, for as long as that
   // copy's host functions use it; nullptr if all are taken (the caller then copies synchronously).
@@ -339,6 +333,8 @@ class PinnedStaging {
 };
 
 }  // namespace
+
+void start_staging_allocation(int device) { PinnedStaging::start_allocation(device); }
 
 dash_status upload_to_device(int device, void* device_blob, const std::vector<HostPart>& parts) {
   RelaxedCaptureMode relaxed;
@@ -546,12 +542,14 @@ dash_status DeviceTemplate::make_ready(cudaStream_t stream) const {
     return DASH_OK;
   }
   // Waiting. A built template, a capturing stream (host functions and copies would become graph nodes that run
-  // again at every replay) or no free pinned buffer: wait for the build here and copy synchronously.
-  PinnedStaging* staging = PinnedStaging::ready(device);
+  // again at every replay) or no free pinned buffer: wait for the build here and copy synchronously. The staging
+  // buffers' allocation started when the plan was made (create_plan); get() waits for it only if it is still running,
+  // once per process, for milliseconds at most.
+  PinnedStaging* staging = nullptr;
   uint8_t* buffer = nullptr;
-  if (capture == cudaStreamCaptureStatusNone &&
-      p.tables.wait_for(std::chrono::seconds(0)) != std::future_status::ready && staging != nullptr) {
-    buffer = staging->take_queue_buffer();
+  if (capture == cudaStreamCaptureStatusNone && p.tables.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    staging = PinnedStaging::get(device);
+    if (staging != nullptr) buffer = staging->take_queue_buffer();
   }
   if (buffer == nullptr) return upload_when_built(*this, p);
   if (p.copied == nullptr) {
@@ -696,9 +694,11 @@ dash_status create_plan(const dash_problem* problem, const char* schedule, int32
     if (dash_status s = dash::kernels::bwd::device_cache().get(bound.unit, device, device_template); s != DASH_OK) {
       return s;
     }
-  } else if (dash_status s = dash::kernels::bwd::device_cache().get_pending(bound, device, device_template);
-             s != DASH_OK) {
-    return s;
+  } else {
+    if (dash_status s = dash::kernels::bwd::device_cache().get_pending(bound, device, device_template); s != DASH_OK) {
+      return s;
+    }
+    dash::kernels::bwd::start_staging_allocation(device);  // for the copy of its tables (DeviceTemplate::make_ready)
   }
   auto plan = new dash_plan_s;
   plan->header = bound.header;

@@ -58,6 +58,9 @@ struct HostPart {
 // Copies the parts into device memory `device_blob` of `device` through a private non-blocking stream and waits for
 // that copy only (never for kernels queued on other streams).
 dash_status upload_to_device(int device, void* device_blob, const std::vector<HostPart>& parts);
+// Starts allocating the pinned staging buffers of `device` on a thread of their own, if not started before: the
+// process's first uploads and queued table copies then find them ready.
+void start_staging_allocation(int device);
 
 // A varlen plan on its device: the host plan (dash/varlen.hpp), the device copies of its unit templates, and one blob
 // with the sequences, the BwdTemplate table and the look-up tables (offsets below).
