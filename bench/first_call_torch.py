@@ -24,16 +24,24 @@ from dash_attn import _abi, _torch_ops
 
 
 class FirstCallSplit:
-    """Times the package's internals while installed: dash_plan_create (on the planning thread), the backward's wait
-    for it, and the backward's launch (workspace and dash_bwd). Diagnostics only: wraps, never changes, what runs."""
+    """Times the package's internals while installed: dash_plan_create_async (on the planning thread), the backward's
+    wait for it, the backward's launch (workspace and dash_bwd) and, of that, dash_bwd itself. Diagnostics only: wraps,
+    never changes, what runs."""
 
     def __init__(self):
-        self.plan_build = self.plan_wait = self.launch = 0.0
+        self.plan_build = self.plan_wait = self.launch = self.dash_bwd = 0.0
 
     def __enter__(self):
         split = self
         device_plan, plan_property, launch = self._saved = (_abi.DevicePlan, _torch_ops._BwdShape.plan,
                                                              _torch_ops._launch_bwd)
+        self._dash_bwd = dash_bwd = _abi.LIB.dash_bwd
+
+        def timed_dash_bwd(*args):
+            t0 = time.perf_counter()
+            status = dash_bwd(*args)
+            split.dash_bwd += (time.perf_counter() - t0) * 1e3
+            return status
 
         class TimedDevicePlan(device_plan):
             def __init__(self, *args, **kwargs):
@@ -54,10 +62,12 @@ class FirstCallSplit:
 
         _abi.DevicePlan, _torch_ops._BwdShape.plan, _torch_ops._launch_bwd = (TimedDevicePlan, property(timed_plan),
                                                                               timed_launch)
+        _abi.LIB.dash_bwd = timed_dash_bwd
         return self
 
     def __exit__(self, *exc):
         _abi.DevicePlan, _torch_ops._BwdShape.plan, _torch_ops._launch_bwd = self._saved
+        _abi.LIB.dash_bwd = self._dash_bwd
 
 SHAPES = [  # (batch, seqlen, heads_q, heads_kv, head_dim, causal)
     (2, 8000, 16, 16, 128, False),
@@ -158,7 +168,8 @@ def main():
                        "host_steady_ms": round(host_steady, 3), "host_fwd_first_ms": round(host_fwd_first, 3),
                        "host_fwd_steady_ms": round(host_fwd_steady, 3),
                        "split_plan_build_ms": round(split.plan_build, 3),
-                       "split_plan_wait_ms": round(split.plan_wait, 3), "split_launch_ms": round(split.launch, 3)}
+                       "split_plan_wait_ms": round(split.plan_wait, 3), "split_launch_ms": round(split.launch, 3),
+                       "split_dash_bwd_ms": round(split.dash_bwd, 3)}
                 sdpa = ""
                 if args.sdpa and kind == "new shape":
                     sdpa_first, sdpa_steady = sdpa_host_ms(b, s, hq, hkv, head_dim, causal, gen)
@@ -167,7 +178,8 @@ def main():
                 print(f"{config:40s} {kind:20s} first {first:9.2f} ms  steady {steady:9.2f} ms  "
                       f"overhead {first - steady:8.2f} ms  host first {host_first:8.2f} ms  steady {host_steady:6.2f} ms  "
                       f"(forward {host_fwd_first:6.2f} / {host_fwd_steady:6.2f})  first call's plan built "
-                      f"{split.plan_build:6.2f}, waited {split.plan_wait:6.2f}, launch {split.launch:5.2f} ms{sdpa}",
+                      f"{split.plan_build:6.2f}, waited {split.plan_wait:6.2f}, launch {split.launch:5.2f} "
+                      f"(dash_bwd {split.dash_bwd:5.2f}) ms{sdpa}",
                       flush=True)
                 out.write(json.dumps(row) + "\n")
 
