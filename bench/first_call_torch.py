@@ -13,6 +13,7 @@ time until the forward returned (a differentiated forward starts the backward's 
 new shape's planning shows in the backward's part, less what the forward and the backward's allocations overlap).
 """
 import argparse
+import ctypes
 import json
 import statistics
 import time
@@ -30,6 +31,7 @@ class FirstCallSplit:
 
     def __init__(self):
         self.plan_build = self.plan_wait = self.launch = self.dash_bwd = 0.0
+        self.tables = ""  # dash_plan_tables before -> after each dash_bwd (r ready, b being written, w written, q queued)
 
     def __enter__(self):
         split = self
@@ -37,10 +39,17 @@ class FirstCallSplit:
                                                              _torch_ops._launch_bwd)
         self._dash_bwd = dash_bwd = _abi.LIB.dash_bwd
 
+        def tables(plan):
+            state = ctypes.c_int32(-1)
+            _abi.LIB.dash_plan_tables(plan, ctypes.byref(state))
+            return "rbqw"[state.value] if 0 <= state.value < 4 else "?"
+
         def timed_dash_bwd(*args):
+            before = tables(args[1])
             t0 = time.perf_counter()
             status = dash_bwd(*args)
             split.dash_bwd += (time.perf_counter() - t0) * 1e3
+            split.tables += before + ">" + tables(args[1]) + " "
             return status
 
         class TimedDevicePlan(device_plan):
@@ -169,7 +178,7 @@ def main():
                        "host_fwd_steady_ms": round(host_fwd_steady, 3),
                        "split_plan_build_ms": round(split.plan_build, 3),
                        "split_plan_wait_ms": round(split.plan_wait, 3), "split_launch_ms": round(split.launch, 3),
-                       "split_dash_bwd_ms": round(split.dash_bwd, 3)}
+                       "split_dash_bwd_ms": round(split.dash_bwd, 3), "split_tables": split.tables.strip()}
                 sdpa = ""
                 if args.sdpa and kind == "new shape":
                     sdpa_first, sdpa_steady = sdpa_host_ms(b, s, hq, hkv, head_dim, causal, gen)
@@ -179,7 +188,7 @@ def main():
                       f"overhead {first - steady:8.2f} ms  host first {host_first:8.2f} ms  steady {host_steady:6.2f} ms  "
                       f"(forward {host_fwd_first:6.2f} / {host_fwd_steady:6.2f})  first call's plan built "
                       f"{split.plan_build:6.2f}, waited {split.plan_wait:6.2f}, launch {split.launch:5.2f} "
-                      f"(dash_bwd {split.dash_bwd:5.2f}) ms{sdpa}",
+                      f"(dash_bwd {split.dash_bwd:5.2f}, tables {split.tables.strip()}) ms{sdpa}",
                       flush=True)
                 out.write(json.dumps(row) + "\n")
 

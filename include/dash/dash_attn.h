@@ -141,13 +141,14 @@ dash_status dash_plan_create_async(const dash_problem* problem, const char* sche
 /* Waits until the plan's tables are validated and on its device (at once for dash_plan_create's plans): DASH_OK, or
  * the error of their build, naming what failed. */
 dash_status dash_plan_wait(dash_plan_t plan);
-/* Where a plan's tables stand, as the library last saw them (no wait): in the device blob; still being written (no
- * backward has asked for them yet); or their copy queued on a stream by a backward (done or not). Diagnostics: which
- * path the first backward of a new shape took. */
+/* Where a plan's tables stand (no wait): in the device blob; still being written; written and validated but not yet
+ * copied (the next backward copies them before it launches); or their copy queued on a stream by a backward (done or
+ * not: the library notices when a later call looks). Diagnostics: which path the first backward of a new shape took. */
 typedef enum dash_plan_tables_state {
   DASH_PLAN_TABLES_READY = 0,
   DASH_PLAN_TABLES_BEING_WRITTEN = 1,
-  DASH_PLAN_TABLES_COPY_QUEUED = 2
+  DASH_PLAN_TABLES_COPY_QUEUED = 2,
+  DASH_PLAN_TABLES_WRITTEN = 3
 } dash_plan_tables_state;
 dash_status dash_plan_tables(dash_plan_t plan, int32_t* state);
 void dash_plan_destroy(dash_plan_t plan);

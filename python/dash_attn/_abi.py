@@ -164,6 +164,7 @@ def _declare(lib):
         "dash_plan_create_async": (c_int, [ctypes.POINTER(Problem), ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
                                            ctypes.POINTER(vp)]),
         "dash_plan_wait": (c_int, [vp]),
+        "dash_plan_tables": (c_int, [vp, ctypes.POINTER(ctypes.c_int32)]),
         "dash_plan_destroy": (None, [vp]),
         "dash_plan_note": (ctypes.c_char_p, [vp]),
         "dash_usable_sms": (c_int, [ctypes.POINTER(ctypes.c_int32)]),

@@ -16,6 +16,11 @@ __global__ void trap_unless_plan_magic(const dash_plan_header* header) {
 }
 }  // namespace
 
+void load_plan_magic_check() {
+  cudaFuncAttributes attributes;
+  if (cudaFuncGetAttributes(&attributes, trap_unless_plan_magic) != cudaSuccess) cudaGetLastError();
+}
+
 dash_status launch_plan_magic_check(const void* device_blob, cudaStream_t stream) {
   trap_unless_plan_magic<<<1, 1, 0, stream>>>(static_cast<const dash_plan_header*>(device_blob));
   if (cudaError_t s = cudaGetLastError(); s != cudaSuccess) return cuda_fail("launch of the plan copy's check", s);

@@ -312,6 +312,7 @@ class PinnedStaging {
     static std::shared_future<PinnedStaging*> result = std::async(std::launch::async, [device] {
       RelaxedCaptureMode relaxed;  // beside another thread's graph capture, as the uploads
       if (cudaSetDevice(device) != cudaSuccess) return static_cast<PinnedStaging*>(nullptr);
+      load_plan_magic_check();  // for the queued table copies, which end with it (make_ready)
       auto* staging = new PinnedStaging(device);
       if (staging->allocate()) return staging;
       delete staging;
@@ -482,7 +483,8 @@ int32_t DeviceTemplate::tables_state() const {
     case PendingUpload::State::Queued: return DASH_PLAN_TABLES_COPY_QUEUED;
     case PendingUpload::State::Waiting: break;
   }
-  return DASH_PLAN_TABLES_BEING_WRITTEN;
+  return pending->tables.wait_for(std::chrono::seconds(0)) == std::future_status::ready ? DASH_PLAN_TABLES_WRITTEN
+                                                                                        : DASH_PLAN_TABLES_BEING_WRITTEN;
 }
 
 dash_status DeviceTemplate::wait_ready() const {

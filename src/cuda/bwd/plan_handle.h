@@ -79,6 +79,9 @@ struct VarlenDevicePlan {
 // (plan_check.cu): the last step of a copy queued by DeviceTemplate::make_ready, whose failed build leaves the magic
 // out, so that no kernel after it runs on tables that were never validated.
 dash_status launch_plan_magic_check(const void* device_blob, cudaStream_t stream);
+// Loads the check kernel's module on the calling thread (the current device's context). Under CUDA's lazy module
+// loading a module is loaded at its first launch, which would otherwise fall on a backward's host path.
+void load_plan_magic_check();
 
 // SMs the current context can run on: the device's, or fewer in a green context or an MPS client with an SM limit.
 dash_status usable_sms(int device, int32_t& sms);
