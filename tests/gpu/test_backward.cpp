@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -448,6 +449,26 @@ INSTANTIATE_TEST_SUITE_P(Schedules, BackwardDeterminism, ::testing::ValuesIn(sch
                            return n;
                          });
 
+// A log of `entries` (accumulator, rank) slots, unwritten (-1), for expect_order_matches_plan.
+cudaError_t attach_order_log(BwdRun& r, size_t entries) {
+  if (cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&r.order_log), entries * 8); e != cudaSuccess) return e;
+  r.args.debug_order_log = r.order_log;
+  return cudaMemset(r.order_log, 0xff, entries * 8);
+}
+
+// Two deterministic runs: the first executes exactly the plan's dQ order, the second gives the first's bits.
+// `after_first` runs between them.
+void expect_plan_order_and_repeat(BwdRun& r, const std::string& what, const std::function<void()>& after_first = {}) {
+  std::vector<uint16_t> q0, k0, v0, q1, k1, v1;
+  ASSERT_EQ(r.run(1), "") << what;
+  if (after_first) after_first();
+  r.download(q0, k0, v0);
+  expect_order_matches_plan(r);
+  ASSERT_EQ(r.run(1), "") << what;
+  r.download(q1, k1, v1);
+  EXPECT_TRUE(q0 == q1 && k0 == k1 && v0 == v1) << what << ": gradients differ between two runs";
+}
+
 // A plan whose tables fill 2 MB and more is uploaded through the pinned staging buffers in 2 MB chunks
 // (bwd/plan_handle.cpp), every smaller one straight from its tables: the kernel must execute exactly the plan's order
 // from the staged copy too. 49152 tokens, full mask: 768 x 384 tiles, 2.4 MB of visits over two chunks. No float64
@@ -463,17 +484,8 @@ TEST(Backward, StagedPlanUploadIsExecutedInThePlansOrder) {
     ASSERT_EQ(dash_plan_blob(r.plan, &data, &bytes), DASH_OK);
     const auto* header = static_cast<const dash_plan_header*>(data);
     ASSERT_GE(size_t(header->visits_per_unit) * sizeof(dash_visit), size_t(2) << 20) << "not the staged path";
-    const size_t log_entries = size_t(header->num_q_tiles) * header->num_kv_tiles;
-    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&r.order_log), log_entries * 8));
-    CUDA_OK(cudaMemset(r.order_log, 0xff, log_entries * 8));
-    r.args.debug_order_log = r.order_log;
-    std::vector<uint16_t> q0, k0, v0, q1, k1, v1;
-    ASSERT_EQ(r.run(1), "") << schedule;
-    r.download(q0, k0, v0);
-    expect_order_matches_plan(r);
-    ASSERT_EQ(r.run(1), "") << schedule;
-    r.download(q1, k1, v1);
-    EXPECT_TRUE(q0 == q1 && k0 == k1 && v0 == v1) << schedule << ": gradients differ between two runs";
+    ASSERT_EQ(attach_order_log(r, size_t(header->num_q_tiles) * header->num_kv_tiles), cudaSuccess);
+    expect_plan_order_and_repeat(r, schedule);
   }
 }
 
@@ -494,28 +506,21 @@ TEST(Backward, AsyncPlanTablesCopiedOnTheStreamAreExecutedInThePlansOrder) {
     const dash::TileShape tiles = dash::default_backward_tiles(128);  // (dash_plan_blob would wait for the tables)
     const size_t log_entries = size_t((kTokens + tiles.block_m - 1) / tiles.block_m) *
                                ((kTokens + tiles.block_n - 1) / tiles.block_n);
-    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&r.order_log), log_entries * 8));
-    CUDA_OK(cudaMemset(r.order_log, 0xff, log_entries * 8));
-    r.args.debug_order_log = r.order_log;
-    std::vector<uint16_t> q0, k0, v0, q1, k1, v1;
-    ASSERT_EQ(r.run(1), "") << schedule;
-    int32_t tables = -1;
-    ASSERT_EQ(dash_plan_tables(r.plan, &tables), DASH_OK);
-    EXPECT_EQ(tables, DASH_PLAN_TABLES_COPY_QUEUED)
-        << schedule << ": the tables were written before the backward was queued; the stream's copy went untested";
-    EXPECT_EQ(dash_plan_wait(r.plan), DASH_OK) << dash_last_error();
-    unsetenv("DASH_ATTN_TEST_TEMPLATE_BUILDS");  // the build has ended: dash_plan_wait returned
-    r.download(q0, k0, v0);
-    expect_order_matches_plan(r);
-    ASSERT_EQ(r.run(1), "") << schedule;
-    r.download(q1, k1, v1);
-    EXPECT_TRUE(q0 == q1 && k0 == k1 && v0 == v1) << schedule << ": gradients differ between two runs";
+    ASSERT_EQ(attach_order_log(r, log_entries), cudaSuccess);
+    expect_plan_order_and_repeat(r, schedule, [&] {
+      int32_t tables = -1;
+      ASSERT_EQ(dash_plan_tables(r.plan, &tables), DASH_OK);
+      EXPECT_EQ(tables, DASH_PLAN_TABLES_COPY_QUEUED)
+          << schedule << ": the tables were written before the backward was queued; the stream's copy went untested";
+      EXPECT_EQ(dash_plan_wait(r.plan), DASH_OK) << dash_last_error();
+      unsetenv("DASH_ATTN_TEST_TEMPLATE_BUILDS");  // the build has ended: dash_plan_wait returned
+    });
   }
 }
 
 // A template whose build fails after its backward was queued (a planner bug that validation catches; injected here,
-// half a second after the plan was made) stops the stream with a trap instead of running on unvalidated tables, and says why on stderr and from
-// dash_plan_wait. A trap ends the CUDA context, so the test runs in a child process.
+// half a second after the plan was made) stops the stream with a trap instead of running on unvalidated tables, and
+// says why on stderr and from dash_plan_wait. A trap ends the CUDA context, so the test runs in a child process.
 TEST(BackwardDeathTest, AFailedBuildAfterItsBackwardWasQueuedStopsTheStream) {
   SKIP_WITHOUT_GPU();
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts afresh: no CUDA context inherited by fork
