@@ -285,13 +285,6 @@ class PinnedStaging {
 
   // On the current device (device_).
   bool allocate() {
-    for (int b = 0; b < kQueueBuffers; ++b) {
-      if (cudaHostAlloc(&queue_buffers_[b], kChunkBytes, cudaHostAllocPortable) != cudaSuccess) {
-        cudaGetLastError();
-        queue_buffers_[b] = nullptr;
-        queue_taken_[b].store(true);  // never handed out: copies go synchronously instead
-      }
-    }
     for (int b = 0; b < 2; ++b) {
       if (cudaHostAlloc(&buffers_[b], kChunkBytes, cudaHostAllocPortable) != cudaSuccess ||
           cudaEventCreateWithFlags(&drained_[b], cudaEventDisableTiming) != cudaSuccess) {
@@ -301,6 +294,13 @@ class PinnedStaging {
           if (drained_[f] != nullptr) cudaEventDestroy(drained_[f]);
         }
         return false;
+      }
+    }
+    for (int b = 0; b < kQueueBuffers; ++b) {
+      if (cudaHostAlloc(&queue_buffers_[b], kChunkBytes, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        queue_buffers_[b] = nullptr;
+        queue_taken_[b].store(true);  // never handed out: copies go synchronously instead
       }
     }
     return true;
@@ -399,6 +399,18 @@ struct QueuedCopy {
   bool failed = false;
 };
 
+// The built template's blob header, checked against the layout its device blob was allocated for (from the draft;
+// equal by construction, tests/cpu/test_plan_async.cpp): a difference would put tables outside the blob.
+dash_plan_header built_blob_header(const UnitTemplate& unit, const dash_plan_header& layout) {
+  const dash_plan_header h = unit.plan.blob_header();
+  if (h.total_bytes != layout.total_bytes || h.items_offset != layout.items_offset ||
+      h.visits_offset != layout.visits_offset || h.segments_offset != layout.segments_offset ||
+      h.dq_count_offset != layout.dq_count_offset || h.group_head_by_rank_offset != layout.group_head_by_rank_offset) {
+    throw Error("plan", "the built template's blob differs from its draft's layout");
+  }
+  return h;
+}
+
 // Host function: the template's blob bytes [first, first + bytes) into the pinned buffer. The first chunk waits for
 // the template (host work only) and checks that its blob has the layout the device blob was made for.
 void CUDART_CB fill_chunk(void* data) {
@@ -407,13 +419,7 @@ void CUDART_CB fill_chunk(void* data) {
   if (chunk.first == 0) {
     try {
       const std::shared_ptr<const UnitTemplate> unit = copy.tables.get();
-      const dash_plan_header h = unit->plan.blob_header();
-      const dash_plan_header& l = copy.blob_header;
-      if (h.total_bytes != l.total_bytes || h.items_offset != l.items_offset || h.visits_offset != l.visits_offset ||
-          h.segments_offset != l.segments_offset || h.dq_count_offset != l.dq_count_offset ||
-          h.group_head_by_rank_offset != l.group_head_by_rank_offset) {
-        throw Error("plan", "the built template's blob differs from its draft's layout");
-      }
+      const dash_plan_header h = built_blob_header(*unit, copy.blob_header);
       copy.unit = unit;  // the parts point into its tables
       copy.parts = host_parts(*unit, h);
       copy.parts.front().data = nullptr;  // the header part points at `h`, a local: written here instead
@@ -466,9 +472,24 @@ namespace {
 dash_status upload_when_built(const DeviceTemplate& t, PendingUpload& p) {
   std::shared_ptr<const UnitTemplate> unit;
   if (dash_status s = t.validated(unit); s != DASH_OK) return s;
-  if (dash_status s = upload_to_device(t.device, t.device_blob, host_parts(*unit, unit->plan.blob_header()));
-      s != DASH_OK) {
-    return s;
+  std::vector<HostPart> parts;
+  try {
+    parts = host_parts(*unit, built_blob_header(*unit, t.blob_header));
+  } catch (const std::exception& e) {
+    return capi::fail(DASH_ERROR_INVALID_ARGUMENT, e.what());
+  }
+  if (dash_status s = upload_to_device(t.device, t.device_blob, parts); s != DASH_OK) return s;
+  p.state = PendingUpload::State::Done;
+  return DASH_OK;
+}
+
+// Under the pending upload's lock, state Queued: waits on the host for the queued copy (the build's error first, before
+// the trap's CUDA error). The copy waits on the host only for the template's build, so this wait ends.
+dash_status wait_for_queued_copy(const DeviceTemplate& t, PendingUpload& p) {
+  std::shared_ptr<const UnitTemplate> unit;
+  if (dash_status s = t.validated(unit); s != DASH_OK) return s;
+  if (cudaError_t s = cudaEventSynchronize(p.copied); s != cudaSuccess) {
+    return cuda_fail("cudaEventSynchronize(plan tables copy)", s);
   }
   p.state = PendingUpload::State::Done;
   return DASH_OK;
@@ -493,15 +514,7 @@ dash_status DeviceTemplate::wait_ready() const {
   std::lock_guard<std::mutex> lock(p.mutex);
   switch (p.state) {
     case PendingUpload::State::Done: return DASH_OK;
-    case PendingUpload::State::Queued: {
-      std::shared_ptr<const UnitTemplate> unit;
-      if (dash_status s = validated(unit); s != DASH_OK) return s;  // the reason, before the trap's CUDA error
-      if (cudaError_t s = cudaEventSynchronize(p.copied); s != cudaSuccess) {
-        return cuda_fail("cudaEventSynchronize(plan tables copy)", s);
-      }
-      p.state = PendingUpload::State::Done;
-      return DASH_OK;
-    }
+    case PendingUpload::State::Queued: return wait_for_queued_copy(*this, p);
     case PendingUpload::State::Waiting: return upload_when_built(*this, p);
   }
   return DASH_OK;
@@ -525,17 +538,8 @@ dash_status DeviceTemplate::make_ready(cudaStream_t stream) const {
     }
     if (done != cudaErrorNotReady) return cuda_fail("cudaEventQuery(plan tables copy)", done);
     cudaGetLastError();  // cudaErrorNotReady is not an error to keep
-    if (capture != cudaStreamCaptureStatusNone) {
-      // A graph cannot wait on an event recorded outside its capture: wait for the copy here. The copy waits on the
-      // host only for the template's build (above), so this wait ends.
-      std::shared_ptr<const UnitTemplate> unit;
-      if (dash_status s = validated(unit); s != DASH_OK) return s;
-      if (cudaError_t s = cudaEventSynchronize(p.copied); s != cudaSuccess) {
-        return cuda_fail("cudaEventSynchronize(plan tables copy)", s);
-      }
-      p.state = PendingUpload::State::Done;
-      return DASH_OK;
-    }
+    // A graph cannot wait on an event recorded outside its capture: wait for the copy here.
+    if (capture != cudaStreamCaptureStatusNone) return wait_for_queued_copy(*this, p);
     // The copy was queued on another stream (or on this one, which costs nothing): wait for it on the GPU. It waits on
     // the host only for the template's build, so this wait ends.
     if (cudaError_t s = cudaStreamWaitEvent(stream, p.copied, 0); s != cudaSuccess) {
