@@ -1,17 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Forward A/B of builds of dash-attn: the forward alone on the protocol's causal rows and its head-dim-128 full-mask
-rows, one library per process (DASH_ATTN_LIBRARY), the protocol's timer (window_bench.time_impls); one JSON line per
-row with the SHA-256 of O and LSE, so that builds which should agree bitwise can be checked. Run it once per build and
-round, interleaved, then summarise: the median TFLOP/s per (config, variant), its ratio to the variant named "base",
-the per-run figures, and whether O and LSE were bitwise equal across variants.
+"""Forward A/B of builds of dash-attn: the forward alone on the protocol's causal rows (head dim 64 from 512 tokens),
+its head-dim-128 full-mask rows and head dim 64's at 2k, one library per process (DASH_ATTN_LIBRARY), the protocol's
+timer (window_bench.time_impls); one JSON line per row with the SHA-256 of O and LSE, so that builds which should agree
+bitwise can be checked. Run it once per build and round, interleaved, then summarise: the median TFLOP/s per (config,
+variant), its ratio to the variant named "base", the per-run figures, and whether O and LSE were bitwise equal across
+variants.
 
     DASH_ATTN_LIBRARY=DIR/libdash_attn.so [FA3_SO=_C.so] [FORWARD_AB_MASK=causal|full] \
-        python3 bench/forward_ab.py run VARIANT OUT.jsonl
+        [FORWARD_AB_HEAD_DIMS=64,128] python3 bench/forward_ab.py run VARIANT OUT.jsonl
     python3 bench/forward_ab.py summary OUT.jsonl [...]
 
-FORWARD_AB_MASK keeps the rows of one mask. With FA3_SO (FA3 upstream built from shared/fa3kit) every run also times
-FA3's forward right after ours on each row of head dim <= 128, as the variant "fa3"; the summary then gives each
-variant's median ratio to FA3's within the same runs.
+FORWARD_AB_MASK keeps the rows of one mask, FORWARD_AB_HEAD_DIMS (e.g. "64,128") the rows of those head dims. With
+FA3_SO (FA3 upstream built from shared/fa3kit) every run also times FA3's forward right after ours on each row of head
+dim <= 128, as the variant "fa3"; the summary then gives each variant's median ratio to FA3's within the same runs.
 """
 import collections
 import hashlib
@@ -23,7 +24,8 @@ import sys
 # (batch, seqlen, query heads, KV heads, head dim, value head dim, causal)
 ROWS = [(16, 1024, 16, 16, 128, 128, True), (8, 2048, 16, 16, 128, 128, True), (4, 4096, 16, 16, 128, 128, True),
         (2, 8192, 16, 16, 128, 128, True), (1, 16384, 16, 16, 128, 128, True), (2, 8192, 32, 8, 128, 128, True),
-        (8, 2048, 32, 32, 64, 64, True), (2, 8192, 32, 32, 64, 64, True),
+        (32, 512, 32, 32, 64, 64, True), (16, 1024, 32, 32, 64, 64, True), (8, 2048, 32, 32, 64, 64, True),
+        (4, 4096, 32, 32, 64, 64, True), (2, 8192, 32, 32, 64, 64, True), (8, 2048, 32, 32, 64, 64, False),
         (2, 8192, 16, 16, 96, 96, True), (2, 8192, 8, 8, 256, 256, True), (2, 8192, 16, 16, 192, 128, True),
         (16, 1024, 16, 16, 128, 128, False), (8, 2048, 16, 16, 128, 128, False), (4, 4096, 16, 16, 128, 128, False),
         (2, 8192, 16, 16, 128, 128, False), (1, 16384, 16, 16, 128, 128, False)]
@@ -43,6 +45,8 @@ def run(variant, out_path):
         for b, s, hq, hkv, d, dv, causal in ROWS:
             mask = "causal" if causal else "full"
             if os.environ.get("FORWARD_AB_MASK", mask) != mask:
+                continue
+            if d not in [int(x) for x in os.environ.get("FORWARD_AB_HEAD_DIMS", str(d)).split(",")]:
                 continue
             dims = f"d{d}" + (f"_dv{dv}" if dv != d else "")
             name = f"b{b}_s{s}_hq{hq}_hkv{hkv}_{dims}_{mask}"

@@ -14,7 +14,7 @@
 //   - the shared-memory struct fits the 227 KB an sm_90 block may use.
 // And for the forward kernel of every row (src/cuda/hopper/fwd/fwd_kernel.cuh): the epilogue's column blocks of O
 // (whole rows, or 64-column blocks at head dims 256 and 192 / 128) are contiguous slices of the accumulator, laid out
-// as the block's own 64 x kOBlockCols accumulator.
+// as the block's own 64 x kOBlockCols accumulator; the score tile's coordinates are additive (the mask's constants).
 #include <cstdio>
 
 #include "hopper/bwd/bwd_kernel.cuh"
@@ -48,6 +48,28 @@ int check_forward(const char* name) {
         const auto k = block(i);
         if (get<0>(w) != get<0>(k) || get<1>(w) != get<1>(k) + b * C::kOBlockCols) ++bad;
       }
+  }
+  // The mask (apply_mask) takes each score's (row, column) as this thread's first register's plus thread 0's of that
+  // register, and the consumer threads cover the (kBlockM x kBlockN) score tile exactly once.
+  {
+    typename C::MmaQK mma_qk;
+    const auto score_ids = make_identity_tensor(Shape<Int<C::kBlockM>, Int<C::kBlockN>>{});
+    const auto c0 = mma_qk.get_thread_slice(0).partition_C(score_ids);
+    static int hits[C::kBlockM][C::kBlockN];
+    for (auto& row : hits)
+      for (int& h : row) h = 0;
+    for (int t = 0; t < 128 * C::kConsumerWarpgroups; ++t) {
+      const auto ct = mma_qk.get_thread_slice(t).partition_C(score_ids);
+      const int r0 = get<0>(ct(0)) - get<0>(c0(0)), q0 = get<1>(ct(0)) - get<1>(c0(0));
+      for (int i = 0; i < int(size(ct)); ++i) {
+        const int r = get<0>(ct(i)), c = get<1>(ct(i));
+        if (r != r0 + get<0>(c0(i)) || c != q0 + get<1>(c0(i))) ++bad;
+        if (r < 0 || r >= C::kBlockM || c < 0 || c >= C::kBlockN) { ++bad; continue; }
+        ++hits[r][c];
+      }
+    }
+    for (auto& row : hits)
+      for (int h : row) bad += h != 1;
   }
   const int smem = dash::hopper::fwd::fwd_smem_bytes<C>();
   std::printf("%s forward: smem %d bytes, O in %d block(s) of %d columns, %d layout mismatches\n", name, smem,

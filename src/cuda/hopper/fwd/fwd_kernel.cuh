@@ -248,6 +248,9 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
   Tensor output = make_tensor(tOrO.data(), accumulator_rows_cols(tOrO.layout()));
   Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
   Tensor score_coords = make_tensor(tScS.data(), accumulator_rows_cols(tScS.layout()));
+  // The same for thread 0: compile-time constants (apply_mask).
+  Tensor tScS0 = mma_qk.get_thread_slice(0).partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  Tensor score_coords0 = make_tensor(tScS0.data(), accumulator_rows_cols(tScS0.layout()));
   Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDimV>>{}));
   Tensor output_coords = make_tensor(tOcO.data(), accumulator_rows_cols(tOcO.layout()));
   constexpr int kRows = decltype(size<0>(scores))::value;
@@ -302,9 +305,9 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     int const row_base = tile.m_block * kBlockM;
     auto mask_tile = [&](int n) {
       if constexpr (kVarlen) {
-        apply_mask(scores, score_coords, row_base, n * kBlockN, tile.mask);
+        apply_mask(scores, score_coords, score_coords0, row_base, n * kBlockN, tile.mask);
       } else {
-        apply_mask(scores, score_coords, row_base, n * kBlockN, params.mask);
+        apply_mask(scores, score_coords, score_coords0, row_base, n * kBlockN, params.mask);
       }
     };
     OnlineSoftmax<kRows, Config::kExp2PolyEvery> softmax(params.scale_log2);

@@ -14,22 +14,39 @@
 
 namespace dash::hopper::fwd {
 
-// Sets to -inf the scores of keys a query row may not see. `coords` holds each register's (row, column)
-// inside the (kBlockM x kBlockN) tile; row_base / col_base place the tile in the sequences.
-// Visible: mask.key_begin(row) <= column < mask.key_end(row).
-template <class ScoresRC, class CoordsRC>
-__device__ __forceinline__ void apply_mask(ScoresRC& scores, CoordsRC const& coords, int row_base, int col_base,
-                                           AttentionMask const& mask) {
+// Sets to -inf the scores of keys a query row may not see. `coords` holds each register's (row, column) inside the
+// (kBlockM x kBlockN) tile for this thread, `coords0` the same for thread 0 (compile-time constants); row_base /
+// col_base place the tile in the sequences. Visible: mask.key_begin(row) <= column < mask.key_end(row).
+// A register's coordinates are this thread's first register's plus thread 0's of that register (the wgmma
+// accumulator layout; the layout check verifies it), so each test compares a constant column with a per-row limit
+// (one ISETP with an immediate and one FSEL per score, as FA3's mask). Without a left edge (full and causal
+// masks: key_begin is 0 for every row) only the right limit is tested; the branch is uniform over the tile.
+template <class ScoresRC, class CoordsRC, class Coords0RC>
+__device__ __forceinline__ void apply_mask(ScoresRC& scores, CoordsRC const& coords, Coords0RC const& coords0,
+                                           int row_base, int col_base, AttentionMask const& mask) {
   using namespace cute;
-  CUTE_UNROLL
-  for (int r = 0; r < size<0>(scores); ++r) {
-    int const row = row_base + get<0>(coords(r, 0));
-    int const col_begin = mask.key_begin(row) - col_base;  // in tile-local columns
-    int const col_end = mask.key_end(row) - col_base;
+  int const thread_row = row_base + get<0>(coords(0, 0)) - get<0>(coords0(0, 0));
+  int const thread_col = col_base + get<1>(coords(0, 0)) - get<1>(coords0(0, 0));
+  if (!mask.left_bounded()) {
     CUTE_UNROLL
-    for (int c = 0; c < size<1>(scores); ++c) {
-      int const col = get<1>(coords(r, c));
-      if (col < col_begin || col >= col_end) scores(r, c) = -INFINITY;
+    for (int r = 0; r < size<0>(scores); ++r) {
+      int const col_end = mask.key_end(thread_row + get<0>(coords0(r, 0))) - thread_col;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) {
+        if (get<1>(coords0(r, c)) >= col_end) scores(r, c) = -INFINITY;
+      }
+    }
+  } else {
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(scores); ++r) {
+      int const row = thread_row + get<0>(coords0(r, 0));
+      int const col_begin = mask.key_begin(row) - thread_col;
+      int const col_end = mask.key_end(row) - thread_col;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(scores); ++c) {
+        int const col = get<1>(coords0(r, c));
+        if (col < col_begin || col >= col_end) scores(r, c) = -INFINITY;
+      }
     }
   }
 }
