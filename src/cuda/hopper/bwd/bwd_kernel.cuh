@@ -121,8 +121,9 @@ struct BwdConfig {
   // FOLLOWER) waits only for the leader's half of the current visit (written earlier), the leader only for the
   // follower's half of the previous one. TURNS (two more named barriers) make the two issue their S^T / dP^T GEMMs
   // alternately, so that one warpgroup's exponentials run during the other's GEMMs. The arithmetic is the base's: the
-  // same GEMMs on the same data, bitwise the same gradients. Measured +3% non-deterministic, +0-3% deterministic at
-  // head dim 64 with two staging buffers (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-04 14:31).
+  // same GEMMs on the same data, bitwise the same gradients. Non-deterministic mode only (mma_warpgroups says why);
+  // measured +2-5% there at head dim 64 with two staging buffers (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-04
+  // 14:31).
   static constexpr bool kStaggered = !kColumnSplit && kBlockM == 128;
   static_assert(kDqWarpgroupsM * 64 == kBlockM && kDqWarpgroupsN * kDqCols == kHeadDim && kDqCols % 16 == 0,
                 "a 64 x kDqCols dQ block per warpgroup");
@@ -682,8 +683,12 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
     mbarrier_arrive(&s.dq_full[dq_stage]);
     next_dq_stage();
   };
-  // Staggered warpgroups (Config::kStaggered): which one this is (warp-uniform), and the stage of the previous
-  // visit, whose dQ rows the leader still owes.
+  // Staggered warpgroups (Config::kStaggered), in the non-deterministic mode only: there the leader's late dQ rows
+  // cost nothing, but a deterministic hand-off that waits a visit for them delays every later rank of the
+  // accumulator, and the lock-step schedules of short sequences measured up to 7% slower (2026-12-04 14:31 in the
+  // notes). Which warpgroup this is (warp-uniform), and the stage of the previous visit, whose dQ rows the leader
+  // still owes.
+  const bool staggered = Config::kStaggered && !p.deterministic;
   const bool leader = warpgroup_first_thread == 0;
   int previous_stage = 0;
   // Both warpgroups' barrier waits and arrivals below are .aligned: reconverge first.
@@ -698,9 +703,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   // TURNS: the leader issues visit v's S^T / dP^T GEMMs first, then the follower, then the leader visit v + 1's,
   // and so on. The follower's arrival here grants the leader its first turn; each later turn of one warpgroup is
   // granted by the other's previous one, so neither arrives twice on a barrier before the other synced on it.
-  if constexpr (Config::kStaggered) {
-    if (!leader) arrive_on(kBarLeaderTurn);
-  }
+  if (staggered && !leader) arrive_on(kBarLeaderTurn);
 
   for (;;) {
     // WAIT (segment): the producer's arrive released the record, the TMA completed K and V. The producer's
@@ -737,11 +740,11 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
 
       // WAIT (turn): granted by the other warpgroup right after it issued its own S^T / dP^T GEMMs (of visit v - 1
       // for the leader, v for the follower), which needs only waits that end before its own turn wait.
-      if constexpr (Config::kStaggered) sync_on(leader ? kBarLeaderTurn : kBarFollowerTurn);
+      if (staggered) sync_on(leader ? kBarLeaderTurn : kBarFollowerTurn);
       // S^T = K Q^T and dP^T = V dO^T (this warpgroup's keys, or queries), one commit group each.
       warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), tSrS);
       warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), tSrdP);
-      if constexpr (Config::kStaggered) arrive_on(leader ? kBarFollowerTurn : kBarLeaderTurn);
+      if (staggered) arrive_on(leader ? kBarFollowerTurn : kBarLeaderTurn);
 
       // Masking where the plan says the block is partly masked, and on a last KV tile that the keys do not
       // fill; rows past seqlen_q or with LSE = -inf have LSE2 = +inf, so P = 0 there.
@@ -816,7 +819,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // of this warpgroup's that comes after, so these waits end; and neither warpgroup arrives twice before the
         // other synced (the leader's next arrival waits for the follower's, which follows the follower's sync).
         static_assert(Config::kDsStages == 2, "the key split alternates two dS^T buffers");
-        if constexpr (Config::kStaggered) {
+        if (staggered) {
           if (!leader) {
             sync_on(kBarLeaderDsReady);
           } else if (vi > 0) {
@@ -833,7 +836,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // Generic-proxy writes read by wgmma (async proxy): each writer fences, then the barrier makes all
         // 128 x kBlockM values (both warpgroups' halves) visible before either warpgroup issues dQ.
         cutlass::arch::fence_view_async_shared();
-        if constexpr (Config::kStaggered) {
+        if (staggered) {
           arrive_on(leader ? kBarLeaderDsReady : kBarFollowerDsReady);
         } else {
           mma_barrier(kBarDsReady);
@@ -843,8 +846,8 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // is handed to the store warps while the dK GEMM still runs, which hides the staging copy and gives the
         // ordered add of a deterministic run a head start on the next visit. Staggered, the leader's rows are those
         // of visit v - 1 (both halves of its dS^T: the follower's arrived above), none at a segment's first visit.
-        if (!Config::kStaggered || !leader || vi > 0) {
-          Tensor tdQrdS_stage = tdQrdS(_, _, _, Config::kStaggered && leader ? previous_stage : st);
+        if (!staggered || !leader || vi > 0) {
+          Tensor tdQrdS_stage = tdQrdS(_, _, _, staggered && leader ? previous_stage : st);
           warpgroup_gemm<true, false>(mma_dq, tdQrdS_stage, tdQrKt, tdQrdQ);
         }
         warpgroup_gemm<false, true>(mma_dk, tdSa, tdKrQt(_, _, _, st), tdKrdK);
@@ -886,7 +889,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
 
       // The record is written by the warpgroup that stages the visit's rows on time (staggered: the follower;
       // the leader's rows of the same visit arrive one visit later, and dq_full counts both).
-      if (!Config::kStaggered || !leader || vi > 0) hand_off_dq(tdQrdQ, vis, thread == (Config::kStaggered ? 128 : 0));
+      if (!staggered || !leader || vi > 0) hand_off_dq(tdQrdQ, vis, thread == (staggered ? 128 : 0));
 
       // All GEMMs of this visit complete: Q/dO of the stage, sdS (and sPt) and the RS operands are free.
       warpgroup_wait<0>();
@@ -900,11 +903,11 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       q_state.advance();
       previous_stage = st;
     }
-    if constexpr (Config::kStaggered) {
+    {
       // The leader's dQ rows of the segment's last visit, before the epilogue frees K (the dQ GEMM reads it).
       // WAIT (the follower's half of that visit): the follower arrives after its own store, with no wait on the
       // leader that comes after this point.
-      if (leader && num_visits > 0) {
+      if (staggered && leader && num_visits > 0) {
         sync_on(kBarFollowerDsReady);
         Tensor tdQrdS_last = tdQrdS(_, _, _, previous_stage);
         Tensor tdQrdQ = make_dq_accumulator();
@@ -1004,9 +1007,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   }
 
   // The follower's arrival after its last turn, taken here so that no arrival is left pending at exit.
-  if constexpr (Config::kStaggered) {
-    if (leader) sync_on(kBarLeaderTurn);
-  }
+  if (staggered && leader) sync_on(kBarLeaderTurn);
   // No more work: an exit record in each staging buffer, for the store warp that drains it (it drains its
   // buffer in order, so it finishes every earlier add before it reads this record and exits).
   for (int i = 0; i < kDqStages; ++i) {
