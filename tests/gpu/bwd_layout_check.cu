@@ -16,6 +16,7 @@
 // (whole rows, or 64-column blocks at head dims 256 and 192 / 128) are contiguous slices of the accumulator, laid out
 // as the block's own 64 x kOBlockCols accumulator; the score tile's coordinates are additive (the mask's constants).
 #include <cstdio>
+#include <string>
 
 #include "hopper/bwd/bwd_kernel.cuh"
 #include "hopper/element_types.cuh"
@@ -141,10 +142,10 @@ int staging_store_conflicts(Mma const& mma, Staging const& staging, Ids const& i
   return conflicted;
 }
 
-template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
+template <int kHeadDim, int kHeadDimV, dash_dtype kDtype, bool kStaggerRequested = false>
 int check(const char* name) {
   using namespace dash::hopper::bwd;
-  using C = BwdConfig<kHeadDim, kHeadDimV, kDtype>;
+  using C = BwdConfig<kHeadDim, kHeadDimV, kDtype, kStaggerRequested>;
   int bad = 0;
   const auto staging = typename C::SmemLayoutdQStaging{};
   constexpr bool kPowerOfTwo = (C::kHeadDim & (C::kHeadDim - 1)) == 0 && C::kHeadDim <= 128;
@@ -252,7 +253,13 @@ int check(const char* name) {
 template <int kHeadDim, int kHeadDimV, int kBwdBlockM, dash_dtype kDtype>
 int check_row(const char* name) {
   int bad = check_forward<kHeadDim, kHeadDimV, kDtype>(name);
-  if constexpr (kBwdBlockM != 0) bad += check<kHeadDim, kHeadDimV, kDtype>(name);  // rows with a backward kernel
+  if constexpr (kBwdBlockM != 0) {  // rows with a backward kernel; the staggered instantiation where there is one
+    bad += check<kHeadDim, kHeadDimV, kDtype>(name);
+    using namespace dash::hopper::bwd;
+    if constexpr (BwdConfig<kHeadDim, kHeadDimV, kDtype>::kCanStagger) {
+      bad += check<kHeadDim, kHeadDimV, kDtype, true>((std::string(name) + " staggered").c_str());
+    }
+  }
   return bad;
 }
 }  // namespace

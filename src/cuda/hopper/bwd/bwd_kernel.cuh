@@ -51,7 +51,9 @@ namespace dash::hopper::bwd {
 
 using kernels::bwd::BwdTiles;
 
-template <int kHeadDim_, int kHeadDimV_, dash_dtype kDtype>
+// kStaggerRequested: the staggered warpgroups below, where the tiles allow them. The launcher asks for them in the
+// non-deterministic mode only (bwd_launch.cuh), so a head dim that allows them has two instantiations of the kernel.
+template <int kHeadDim_, int kHeadDimV_, dash_dtype kDtype, bool kStaggerRequested = false>
 struct BwdConfig {
   using Element = typename CuteElement<kDtype>::type;     // for CuTe (wgmma, TMA)
   using StdElement = typename CudaElement<kDtype>::type;  // for preprocess / convert and global stores
@@ -99,10 +101,14 @@ struct BwdConfig {
   // non-deterministic: docs/history/kernel-notes-bwd-wgmma.md.)
   static constexpr int kQStages = kColumnSplit && kHeadDim > 192 ? 1 : 2;  // Q / dO / LSE2 / delta ring depth
   // dQ staging buffers, one store warp each: two where shared memory holds them beside two dS^T buffers (head dims 96,
-  // 128). At head dim 64 (128-row Q tiles: a 32 KB dS^T buffer, a 32 KB staging buffer) the choice is one of the two
-  // and two dS^T buffers measured +1-6% over two staging buffers in both modes (docs/history/kernel-notes-bwd-wgmma.md,
-  // 2026-12-02 16:18); the column split holds only one.
-  static constexpr int kDqStages = kColumnSplit || kBlockM == 128 ? 1 : 2;
+  // 128). At head dim 64 (128-row Q tiles: 32 KB dS^T and staging buffers) the four fill the 227 KB only without the
+  // 1 KB alignment slack (smem_has_slack): there the warpgroups in lock step have one (two dS^T buffers measured +1-6%
+  // over two staging buffers, 2026-12-02 16:18 in docs/history/kernel-notes-bwd-wgmma.md), the staggered ones two
+  // (with one, the follower waits for the leader's late rows to drain: +0-4% against +2-5%, 2026-12-04 14:31). The
+  // column split holds only one.
+  static constexpr bool kCanStagger = !kColumnSplit && kBlockM == 128;  // see kStaggered
+  static constexpr bool kStaggered = kStaggerRequested && kCanStagger;
+  static constexpr int kDqStages = kColumnSplit || (kBlockM == 128 && !kStaggered) ? 1 : 2;
   // Warps 1 .. kDqStages of warpgroup 0 drain the dQ staging buffers, one buffer each (store_warp_loop): with two,
   // one buffer's hand-off (turn wait, bulk reduce-add, completion, release) overlaps the other's.
   static constexpr int kStoreWarps = kDqStages;
@@ -113,6 +119,18 @@ struct BwdConfig {
   static constexpr int kDqWarpgroupsM = kBlockM / 64;
   static constexpr int kDqWarpgroupsN = kMmaWarpgroups / kDqWarpgroupsM;
   static constexpr int kDqCols = kHeadDim / kDqWarpgroupsN;
+  // STAGGERED warpgroups (key split with 128-row Q tiles, i.e. head dim 64): each warpgroup's dQ rows need both
+  // warpgroups' halves of dS^T, so with one shared "dS ready" barrier the two meet every visit and run their
+  // elementwise phases at the same time. Staggered, warpgroup 0 (the LEADER) computes its dQ rows of visit v one visit
+  // late, after its own dS^T of visit v + 1 is stored, so neither waits for the other's exponentials: warpgroup 1 (the
+  // FOLLOWER) waits only for the leader's half of the current visit (written earlier), the leader only for the
+  // follower's half of the previous one. TURNS (two more named barriers) make the two issue their S^T / dP^T GEMMs
+  // alternately, so that one warpgroup's exponentials run during the other's GEMMs. The arithmetic is the base's: the
+  // same GEMMs on the same data, bitwise the same gradients. Measured +2-5% non-deterministic at head dim 64 with two
+  // staging buffers; in the deterministic mode it cost the lock-step schedules of short sequences 5-7% (a dQ chain
+  // waits a visit longer for the leader's rows at every rank), and chosen at run time inside one kernel it made both
+  // modes slower: hence a separate instantiation (kStaggerRequested). docs/history/kernel-notes-bwd-wgmma.md,
+  // 2026-12-04 14:31. (kStaggered is declared with kDqStages above.)
   static_assert(kDqWarpgroupsM * 64 == kBlockM && kDqWarpgroupsN * kDqCols == kHeadDim && kDqCols % 16 == 0,
                 "a 64 x kDqCols dQ block per warpgroup");
   // The query columns of S^T a thread holds (the wgmma accumulator layout): col_base + 8j + {0, 1}, j < kStatCols / 2,
@@ -167,8 +185,8 @@ struct BwdConfig {
   // dS^T buffers (and, in the column split, P^T buffers of the same layout): one per Q stage, indexed by the visit's
   // stage. With two, a warpgroup may write visit v's dS^T while the other warpgroup's dQ GEMM of visit v - 1 still
   // reads the other buffer, so the "dS free" barrier goes (visit v - 2's GEMMs, which read this buffer, completed
-  // before that warpgroup reached visit v - 1's "dS ready" barrier). Every row with two Q stages has two (at head dim
-  // 64 in place of a second dQ staging buffer, see kDqStages); head dim 256 has one of each.
+  // before that warpgroup reached visit v - 1's "dS ready" barrier). Every row with two Q stages has two; head dim 256
+  // has one of each.
   static constexpr int kDsStages = kQStages;
   // dS^T as the MMA warpgroups produce it: (key, query, stage), query contiguous, SW128 (64 queries = 128 bytes),
   // written with stmatrix straight from the dS^T accumulator layout (no transpose) ...
@@ -322,9 +340,16 @@ struct BwdSmem {
   int32_t items_mma_done;  // MMA warpgroups -> producer (split-head GQA only): items whose dK/dV adds are done
 };
 
+// Whether the launch asks for 1 KB of slack so that the kernel can align its shared-memory base up to 1024 bytes
+// (what SW128 tiles need). Where the struct alone fills the 227 KB, there is none, and the kernel checks instead that
+// the base is aligned (it is, for a kernel without static shared memory, as CUTLASS's kernels assume).
+template <class Config>
+constexpr bool smem_has_slack() {
+  return int(sizeof(BwdSmem<Config>)) + 1024 <= 227 * 1024;
+}
 template <class Config>
 constexpr int smem_bytes_of() {
-  constexpr int kBytes = int(sizeof(BwdSmem<Config>)) + 1024;  // +1024: the kernel aligns the base up
+  constexpr int kBytes = int(sizeof(BwdSmem<Config>)) + (smem_has_slack<Config>() ? 1024 : 0);
   static_assert(kBytes <= 227 * 1024, "shared memory exceeds the 227 KB an sm_90 block may use");
   return kBytes;
 }
@@ -335,6 +360,11 @@ enum MmaNamedBarrier : uint32_t {
   kBarMma = 1,      // generic: all MMA threads (split-GQA release, item done)
   kBarDsFree = 2,   // (one dS^T buffer: head dim 256) both warpgroups' previous GEMMs reading sdS / sPt are complete
   kBarDsReady = 3,  // both warpgroups' dS^T halves are written and fenced for the async proxy
+  // Staggered warpgroups (BwdConfig::kStaggered): one warpgroup arrives, the other syncs (256 counted).
+  kBarLeaderDsReady = 4,    // the leader's dS^T half of visit v is written and fenced
+  kBarFollowerDsReady = 5,  // the follower's dS^T half of visit v is written and fenced
+  kBarLeaderTurn = 6,       // the leader may issue its S^T / dP^T GEMMs
+  kBarFollowerTurn = 7,     // the follower may issue its S^T / dP^T GEMMs
 };
 __device__ __forceinline__ void mma_barrier(uint32_t id) {
   __syncwarp();  // bar.sync is .aligned: reconverge first (callers may come out of a divergent branch)
@@ -353,7 +383,8 @@ __device__ __forceinline__ void mma_barrier(uint32_t id) {
 #ifndef DASH_BWD_WATCHDOG_CYCLES
 #define DASH_BWD_WATCHDOG_CYCLES (1ull << 40)
 #endif
-enum WaitSite : uint32_t { kSiteKvEmpty, kSiteKvFull, kSiteQEmpty, kSiteQFull, kSiteDqEmpty, kSiteClaim };
+// kSiteSmemAlignment is not a wait: the kernel's check of its shared-memory base (backward_kernel).
+enum WaitSite : uint32_t { kSiteKvEmpty, kSiteKvFull, kSiteQEmpty, kSiteQFull, kSiteDqEmpty, kSiteClaim, kSiteSmemAlignment };
 __device__ __forceinline__ void watchdog_wait(uint64_t* bar, uint32_t parity, WaitSite site) {
 #if DASH_BWD_WATCHDOG_CYCLES > 0
   asm volatile(
@@ -576,7 +607,9 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
   Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
   Tensor tdKrdK = partition_fragment_C(mma_dk, Shape<Int<kBlockN>, Int<kHeadDim>>{});
   Tensor tdVrdV = partition_fragment_C(mma_dv, Shape<Int<kBlockN>, Int<kHeadDimV>>{});
-  Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+  // dQ (tdQrdQ) is declared per visit, below: a staggered leader skips its dQ GEMM at a segment's first visit,
+  // and an accumulator declared out here would then carry over loop iterations (ptxas kept it in local memory).
+  auto make_dq_accumulator = [&] { return partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{}); };
   // P^T and dS^T in Element, in the accumulator's register order; in the key split also viewed as the RS A operand
   // (16 columns of S^T = one 16-query k-step: the forward's P -> O += P V trick).
   Tensor tPr = make_tensor<Element>(tSrS.layout());
@@ -622,6 +655,59 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       dq_phase ^= 1u;
     }
   };
+  // Hand this warpgroup's dQ block (tdQrdQ, complete) to the store warp of the current staging buffer
+  // (bwd_dq_handoff.cuh), with `record` written by `record_writer`. WAIT (staging buffer) until that store warp
+  // drained it: it drains in order and is only held up by a dQ-order wait, which ends (docs/DEADLOCK.md; see
+  // store_warp_loop), so this wait ends too.
+  auto hand_off_dq = [&](auto const& tdQrdQ, const VisitRecord& record, bool record_writer) {
+    watchdog_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
+    {
+      // The staging layout is the store warp's (DqStaging, Config::SmemLayoutdQStaging), partitioned
+      // like the accumulator. Registers 2j and 2j + 1 hold adjacent columns of one row starting at an even
+      // column, i.e. 8 aligned bytes inside one swizzled 4-float chunk (BwdKernel.LayoutCheck checks both):
+      // one 64-bit store per pair (CuTe's copy cannot see through the swizzle and issued two 32-bit stores,
+      // 12% of the MMA warps' stall samples at head dim 128; halving them changed no measured speed).
+      Tensor sdQ = make_tensor(make_smem_ptr(s.dq[dq_stage]), typename Config::SmemLayoutdQStaging{});
+      Tensor tdQsdQ = thr_dq.partition_C(sdQ);
+      CUTE_UNROLL
+      for (int i = 0; i < size(tdQrdQ); i += 2) {
+        *reinterpret_cast<float2*>(&tdQsdQ(i)) = make_float2(tdQrdQ(i), tdQrdQ(i + 1));
+      }
+    }
+    if (record_writer) {
+      DqHandoff h;
+      h.accumulator = record.accumulator;
+      h.rank = record.rank;
+      h.flags = record.flags;
+      h.ticket = record.ticket;
+      h.visit = record.visit;
+      s.handoff[dq_stage] = h;
+    }
+    // The store warp's bulk copy reads the staged values through the async proxy: each writer fences its
+    // generic writes for that proxy, then its arrival releases them (and the record).
+    fence_proxy_async_shared();
+    mbarrier_arrive(&s.dq_full[dq_stage]);
+    next_dq_stage();
+  };
+  // Staggered warpgroups (Config::kStaggered): which one this is (warp-uniform), and the stage of the previous
+  // visit, whose dQ rows the leader still owes.
+  const bool leader = warpgroup_first_thread == 0;
+  int previous_stage = 0;
+  // Both warpgroups' barrier waits and arrivals below are .aligned: reconverge first.
+  auto sync_on = [](uint32_t id) {
+    __syncwarp();
+    named_barrier_sync(id, 256);
+  };
+  auto arrive_on = [](uint32_t id) {
+    __syncwarp();
+    named_barrier_arrive(id, 256);
+  };
+  // TURNS: the leader issues visit v's S^T / dP^T GEMMs first, then the follower, then the leader visit v + 1's,
+  // and so on. The follower's arrival here grants the leader its first turn; each later turn of one warpgroup is
+  // granted by the other's previous one, so neither arrives twice on a barrier before the other synced on it.
+  if constexpr (Config::kStaggered) {
+    if (!leader) arrive_on(kBarLeaderTurn);
+  }
 
   for (;;) {
     // WAIT (segment): the producer's arrive released the record, the TMA completed K and V. The producer's
@@ -642,6 +728,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       watchdog_wait(&s.q_full[st], q_state.phase, kSiteQFull);
       const VisitRecord vis = s.visit[st];
       const int col_base = get<1>(tScS(0));
+      Tensor tdQrdQ = make_dq_accumulator();
       // This thread's LSE2 and delta (Config::kStatsInRegisters): LSE2 now, before the GEMMs below read shared
       // memory; delta after the exponentials.
       float lse2_reg[Config::kStatCols], delta_reg[Config::kStatCols];
@@ -655,9 +742,13 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       };
       if constexpr (Config::kStatsInRegisters) load_stats(lse2_reg, s.lse2[st]);
 
+      // WAIT (turn): granted by the other warpgroup right after it issued its own S^T / dP^T GEMMs (of visit v - 1
+      // for the leader, v for the follower), which needs only waits that end before its own turn wait.
+      if constexpr (Config::kStaggered) sync_on(leader ? kBarLeaderTurn : kBarFollowerTurn);
       // S^T = K Q^T and dP^T = V dO^T (this warpgroup's keys, or queries), one commit group each.
       warpgroup_gemm<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, st), tSrS);
       warpgroup_gemm<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, st), tSrdP);
+      if constexpr (Config::kStaggered) arrive_on(leader ? kBarFollowerTurn : kBarLeaderTurn);
 
       // Masking where the plan says the block is partly masked, and on a last KV tile that the keys do not
       // fill; rows past seqlen_q or with LSE = -inf have LSE2 = +inf, so P = 0 there.
@@ -724,7 +815,21 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // GEMMs, complete before either warpgroup passed visit v - 1's "dS ready" barrier below. tdSr is not yet an
         // operand of any wgmma here: PTX makes even reading the A registers of an in-flight wgmma undefined, which
         // is why dK += dS^T Q is issued only after this store.
+        // Staggered, the same holds through the one-sided barriers: WAIT (the other warpgroup's half). The leader
+        // waits for the follower's half of visit v - 1 (none at a segment's first visit), the follower for the
+        // leader's half of visit v. The follower arrived after its visit v - 2 dQ GEMM completed; the leader, for
+        // visit v, after its (late) visit v - 2 dQ GEMM completed; so both readers of this buffer are done. Each
+        // arrival comes from the other warpgroup's visit that this one already passed or is in, and needs no wait
+        // of this warpgroup's that comes after, so these waits end; and neither warpgroup arrives twice before the
+        // other synced (the leader's next arrival waits for the follower's, which follows the follower's sync).
         static_assert(Config::kDsStages == 2, "the key split alternates two dS^T buffers");
+        if constexpr (Config::kStaggered) {
+          if (!leader) {
+            sync_on(kBarLeaderDsReady);
+          } else if (vi > 0) {
+            sync_on(kBarFollowerDsReady);
+          }
+        }
         copy(ds_store, tdSr_store, tdSsdS(_, _, _, st));
         // dV_w += P^T dO (A = P^T from registers), issued only now, after the dS^T store (FA3's order): it runs
         // during the barrier below and the dQ GEMM. Issued before dS^T was computed, its in-flight A registers
@@ -735,13 +840,20 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // Generic-proxy writes read by wgmma (async proxy): each writer fences, then the barrier makes all
         // 128 x kBlockM values (both warpgroups' halves) visible before either warpgroup issues dQ.
         cutlass::arch::fence_view_async_shared();
-        mma_barrier(kBarDsReady);
+        if constexpr (Config::kStaggered) {
+          arrive_on(leader ? kBarLeaderDsReady : kBarFollowerDsReady);
+        } else {
+          mma_barrier(kBarDsReady);
+        }
 
-        // dQ[:, 64w..] = dS K[:, 64w..] (both from smem) first, then dK_w += dS^T Q (A = dS^T from registers):
-        // the dQ partial is handed to the store warps while the dK GEMM still runs, which hides the staging copy
-        // and gives the ordered add of a deterministic run a head start on the next visit.
-        Tensor tdQrdS_stage = tdQrdS(_, _, _, st);
-        warpgroup_gemm<true, false>(mma_dq, tdQrdS_stage, tdQrKt, tdQrdQ);
+        // dQ[64w.., :] = dS K (both from smem) first, then dK_w += dS^T Q (A = dS^T from registers): the dQ partial
+        // is handed to the store warps while the dK GEMM still runs, which hides the staging copy and gives the
+        // ordered add of a deterministic run a head start on the next visit. Staggered, the leader's rows are those
+        // of visit v - 1 (both halves of its dS^T: the follower's arrived above), none at a segment's first visit.
+        if (!Config::kStaggered || !leader || vi > 0) {
+          Tensor tdQrdS_stage = tdQrdS(_, _, _, Config::kStaggered && leader ? previous_stage : st);
+          warpgroup_gemm<true, false>(mma_dq, tdQrdS_stage, tdQrKt, tdQrdQ);
+        }
         warpgroup_gemm<false, true>(mma_dk, tdSa, tdKrQt(_, _, _, st), tdKrdK);
         // WAIT (wgmma): groups complete in commit order (dV, dQ, dK), so at most one pending means dV and dQ are
         // complete. Only the dK GEMM (accumulator tdKrdK, A registers tdSr) is in flight below: its registers
@@ -779,37 +891,9 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       }
       warpgroup_fence_operand(tdQrdQ);  // keep the reads of dQ below the wait
 
-      // Hand the dQ partial to the store warp of this staging buffer (bwd_dq_handoff.cuh). WAIT
-      // (staging buffer) until that store warp drained it: it drains in order and is only held up by a
-      // dQ-order wait, which ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
-      watchdog_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
-      {
-        // The staging layout is the store warp's (DqStaging, Config::SmemLayoutdQStaging), partitioned
-        // like the accumulator. Registers 2j and 2j + 1 hold adjacent columns of one row starting at an even
-        // column, i.e. 8 aligned bytes inside one swizzled 4-float chunk (BwdKernel.LayoutCheck checks both):
-        // one 64-bit store per pair (CuTe's copy cannot see through the swizzle and issued two 32-bit stores,
-        // 12% of the MMA warps' stall samples at head dim 128; halving them changed no measured speed).
-        Tensor sdQ = make_tensor(make_smem_ptr(s.dq[dq_stage]), typename Config::SmemLayoutdQStaging{});
-        Tensor tdQsdQ = thr_dq.partition_C(sdQ);
-        CUTE_UNROLL
-        for (int i = 0; i < size(tdQrdQ); i += 2) {
-          *reinterpret_cast<float2*>(&tdQsdQ(i)) = make_float2(tdQrdQ(i), tdQrdQ(i + 1));
-        }
-      }
-      if (thread == 0) {
-        DqHandoff h;
-        h.accumulator = vis.accumulator;
-        h.rank = vis.rank;
-        h.flags = vis.flags;
-        h.ticket = vis.ticket;
-        h.visit = vis.visit;
-        s.handoff[dq_stage] = h;
-      }
-      // The store warp's bulk copy reads the staged values through the async proxy: each writer fences its
-      // generic writes for that proxy, then its arrival releases them (and thread 0's record).
-      fence_proxy_async_shared();
-      mbarrier_arrive(&s.dq_full[dq_stage]);
-      next_dq_stage();
+      // The record is written by the warpgroup that stages the visit's rows on time (staggered: the follower;
+      // the leader's rows of the same visit arrive one visit later, and dq_full counts both).
+      if (!Config::kStaggered || !leader || vi > 0) hand_off_dq(tdQrdQ, vis, thread == (Config::kStaggered ? 128 : 0));
 
       // All GEMMs of this visit complete: Q/dO of the stage, sdS (and sPt) and the RS operands are free.
       warpgroup_wait<0>();
@@ -821,6 +905,21 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       // what racecheck checks (with one arrival per warp after __syncwarp it reported every read as a hazard).
       mbarrier_arrive(&s.q_empty[st]);
       q_state.advance();
+      previous_stage = st;
+    }
+    if constexpr (Config::kStaggered) {
+      // The leader's dQ rows of the segment's last visit, before the epilogue frees K (the dQ GEMM reads it).
+      // WAIT (the follower's half of that visit): the follower arrives after its own store, with no wait on the
+      // leader that comes after this point.
+      if (leader && num_visits > 0) {
+        sync_on(kBarFollowerDsReady);
+        Tensor tdQrdS_last = tdQrdS(_, _, _, previous_stage);
+        Tensor tdQrdQ = make_dq_accumulator();
+        warpgroup_gemm<true, false>(mma_dq, tdQrdS_last, tdQrKt, tdQrdQ);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tdQrdQ);
+        hand_off_dq(tdQrdQ, VisitRecord{}, false);
+      }
     }
     // ---- segment epilogue: dK / dV of this KV tile (this unit's share) ----
     // The record's slot stays valid until the next segment's kv_empty (see BwdSmem::segment).
@@ -911,6 +1010,10 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
     }
   }
 
+  // The follower's arrival after its last turn, taken here so that no arrival is left pending at exit.
+  if constexpr (Config::kStaggered) {
+    if (leader) sync_on(kBarLeaderTurn);
+  }
   // No more work: an exit record in each staging buffer, for the store warp that drains it (it drains its
   // buffer in order, so it finishes every earlier add before it reads this record and exits).
   for (int i = 0; i < kDqStages; ++i) {
@@ -925,9 +1028,18 @@ template <class Config>
 __global__ void __launch_bounds__(Config::kThreads, 1)
     backward_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Config> const P) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  // SW128 tiles need 1024-byte alignment; the host asked for 1 KB of slack.
+  // SW128 tiles need 1024-byte alignment; the host asked for 1 KB of slack where it fits (smem_has_slack).
   // The offset is added to smem_raw itself (not through an integer) so that the compiler still knows every
   // pointer derived from `s` is in shared memory and emits shared loads (LDS) instead of generic ones.
+  if constexpr (!smem_has_slack<Config>()) {
+    // No slack to align up into (smem_has_slack): a misaligned base ends the kernel as a failed wait does
+    // (watchdog_wait: the invalid address names the site), never with shifted tiles. (A printf here made ptxas
+    // compile the whole kernel 20% slower.)
+    if ((smem_addr(smem_raw) & 1023u) != 0) {
+      *reinterpret_cast<volatile uint32_t*>(uintptr_t(kSiteSmemAlignment + 1) * 256u) = 0;
+      __trap();
+    }
+  }
   auto& s = *reinterpret_cast<BwdSmem<Config>*>(smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u));
   const int warp = cutlass::canonical_warp_idx_sync();
   const int warpgroup = cutlass::canonical_warp_group_idx();

@@ -18,11 +18,11 @@
 
 namespace dash::hopper::bwd {
 
-template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
-dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int device, cudaStream_t stream,
-                std::string& error) {
+template <class Config>
+dash_status run_with(kernels::bwd::BwdParams const& params, int32_t num_ctas, int device, cudaStream_t stream,
+                     std::string& error) {
   using namespace cute;
-  using Config = BwdConfig<kHeadDim, kHeadDimV, kDtype>;
+  constexpr int kHeadDim = Config::kHeadDim, kHeadDimV = Config::kHeadDimV;
   using StdElement = typename Config::StdElement;
   constexpr int kBlockM = Config::kBlockM;
 
@@ -108,6 +108,21 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
     }
   }
   return DASH_OK;
+}
+
+// The backward of one (head dims, dtype). Where the tiles allow staggered warpgroups (BwdConfig::kStaggered), the
+// non-deterministic mode runs that instantiation of the kernel; the deterministic mode keeps the warpgroups in lock
+// step, whose dQ hand-offs are not a visit late (a deterministic dQ chain waits for each of them).
+template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
+dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int device, cudaStream_t stream,
+                std::string& error) {
+  using LockStep = BwdConfig<kHeadDim, kHeadDimV, kDtype>;
+  if constexpr (LockStep::kCanStagger) {
+    if (!params.deterministic) {
+      return run_with<BwdConfig<kHeadDim, kHeadDimV, kDtype, true>>(params, num_ctas, device, stream, error);
+    }
+  }
+  return run_with<LockStep>(params, num_ctas, device, stream, error);
 }
 
 }  // namespace dash::hopper::bwd
