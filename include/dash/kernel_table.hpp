@@ -32,8 +32,10 @@
 //     where every instruction costs energy under the power cap (docs/benchmarks.md, "Power state"). No row uses it;
 //     with it, the forward's late K release (hopper/fwd/fwd_kernel.cuh) measured 1-2% slower than the early one.
 //   bwd_exp2_poly_every: the same for the backward's exponentials of P^T. At head dim 64 (128 x 128 tiles: 16,384
-//     exp2 per visit beside ~2,500 tensor-core clocks of GEMMs) 1 in 8 measured +1-4% over none, 1 in 4 another
-//     -1% to +5% over 1 in 8 (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-02 21:21).
+//     exp2 per visit beside ~2,500 tensor-core clocks of GEMMs) 1 in 8 measured +1-4% over none and 1 in 4 another
+//     -1% to +5% on the kernel of 2026-12-02; on that of 2026-12-04 (staggered warpgroups in the non-deterministic
+//     mode) none measured +0-5% over 1 in 4 deterministic and -1% to +2% non-deterministic
+//     (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-04 16:57). No row uses it now.
 // Backward tiles: 128-row Q tiles fit the registers at head dim <= 64; above it the dK/dV accumulators
 // (2 x 128 x head_dim fp32 over two warpgroups) leave room for 64-row Q tiles only.
 // Head dim 96 (Phi-class models) has the tiles of 128: its forward's three-warpgroup variant would need
@@ -43,7 +45,7 @@
 // 128-key tiles fit at 192 / 128. Their backward splits the head-dim columns between the warpgroups: dK and dV of
 // 128 keys would need (192 + 128) or 2 x 256 fp32 registers per thread.
 #define DASH_KERNEL_TABLE(DASH_KERNEL_ROW) \
-  DASH_KERNEL_ROW(64, 64, 128, 128, 3, 128, 2, 0, 4) \
+  DASH_KERNEL_ROW(64, 64, 128, 128, 3, 128, 2, 0, 0) \
   DASH_KERNEL_ROW(96, 96, 64, 128, 2, 128, 2, 0, 0) \
   DASH_KERNEL_ROW(128, 128, 64, 128, 2, 128, 2, 0, 0) \
   DASH_KERNEL_ROW(192, 128, 64, 64, 2, 128, 2, 0, 0) \
@@ -75,5 +77,19 @@ constexpr KernelTableRow kernel_table_row(int32_t head_dim, int32_t head_dim_v =
 
 // Whether the row has a backward kernel (see bwd_block_m above).
 constexpr bool has_backward(const KernelTableRow& row) { return row.bwd_block_m != 0; }
+
+// The forward's consumer warpgroups for one fixed-length call: the row's, except that a row of three (192-row Q
+// tiles) runs two (128-row tiles) under a banded mask (causal, or a window with a bounded side) when the queries
+// are at most kFwdShortBandRows long. A Q tile that straddles the band computes scores its rows mask, about half a
+// tile's height per tile: at 512 / 1k causal queries 59% / 67% of the scores 192-row tiles compute are visible,
+// 80% / 89% with 128-row tiles. Longer rows amortise it, and three warpgroups keep the tensor cores busier at head
+// dim 64: on the H200, two warpgroups measured +10% at 512 and +12% at 1k causal queries, -3% at 2k, -5% at 4k
+// (docs/benchmarks.md). A row's O and LSE do not depend on the height of its tile: it visits the same KV tiles in
+// the same order, and a tile it sees entirely masked leaves its running max, sum and output as they were (a
+// rescale by exactly 1, or 0 x 0, then + 0); tests compare them bitwise (a varlen pack runs the row's warpgroups).
+inline constexpr int32_t kFwdShortBandRows = 1024;
+constexpr int32_t fwd_warpgroups_for(const KernelTableRow& row, bool banded, int32_t seqlen_q) {
+  return row.fwd_warpgroups == 3 && banded && seqlen_q <= kFwdShortBandRows ? 2 : row.fwd_warpgroups;
+}
 
 }  // namespace dash

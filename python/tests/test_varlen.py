@@ -292,6 +292,28 @@ def test_a_sequence_in_a_pack_has_the_bits_of_the_fixed_length_call(device, caus
         assert torch.equal(lse[:, rq], lse1[0]), f"sequence {s}: lse differs from the fixed-length call"
 
 
+@CUDA_SKIP
+@pytest.mark.parametrize("mask", ["causal", "window", "left-window"])
+def test_forward_bits_do_not_depend_on_the_query_tile_height(mask):
+    # At head dim 64 a fixed-length forward under a banded mask with at most 1024 queries runs 128-row Q tiles (two
+    # consumer warpgroups), a varlen pack always 192-row tiles (dash::fwd_warpgroups_for): a row visits the same KV
+    # tiles in the same order either way, and the tiles a taller tile sees entirely masked must leave its O and LSE
+    # bit for bit as they were. Lengths around the tile heights and the 1024 switch, both sides 1 and 2 included.
+    causal = mask == "causal"
+    window = {"causal": (-1, -1), "window": (100, 30), "left-window": (257, -1)}[mask]
+    pairs = [(1, 1), (2, 2), (1, 300), (2, 129), (127, 127), (129, 300), (191, 191), (193, 193), (300, 129),
+             (700, 700), (1024, 1024), (1023, 1100), (1025, 1025)]
+    for i, (sq, sk) in enumerate(pairs):
+        q, k, v, _, cu_q, cu_k = make_pack([sq], [sk], 8, 2, 64, "cuda", torch.bfloat16, seed=50 + i)
+        with torch.no_grad():
+            packed, lse_packed = dash_attn.attention_varlen(q, k, v, cu_q, cu_k, causal=causal, window_size=window,
+                                                            return_lse=True)
+            fixed, lse_fixed = dash_attn.attention(q[None], k[None], v[None], causal=causal, window_size=window,
+                                                   return_lse=True)
+        assert torch.equal(packed, fixed[0]), f"{mask} {sq} x {sk}: O differs between the tile heights"
+        assert torch.equal(lse_packed, lse_fixed[0]), f"{mask} {sq} x {sk}: LSE differs between the tile heights"
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("where", ["q", "k", "v", "dout"])

@@ -23,10 +23,11 @@
 #include "hopper/fwd/fwd_config.cuh"
 
 namespace {
-template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
+template <int kHeadDim, int kHeadDimV, dash_dtype kDtype, int kWarpgroups = 0>
 int check_forward(const char* name) {
   using namespace cute;
-  using C = dash::hopper::fwd::FwdConfig<kHeadDim, kHeadDimV, typename dash::hopper::CuteElement<kDtype>::type>;
+  using C = dash::hopper::fwd::FwdConfig<kHeadDim, kHeadDimV, typename dash::hopper::CuteElement<kDtype>::type,
+                                         kWarpgroups>;
   int bad = 0;
   typename C::MmaPV mma_pv;
   typename C::MmaPVOBlock mma_block;
@@ -253,6 +254,10 @@ int check(const char* name) {
 template <int kHeadDim, int kHeadDimV, int kBwdBlockM, dash_dtype kDtype>
 int check_row(const char* name) {
   int bad = check_forward<kHeadDim, kHeadDimV, kDtype>(name);
+  // The two-warpgroup forward that short banded calls run at a row of three (dash::fwd_warpgroups_for).
+  if constexpr (dash::kernel_table_row(kHeadDim, kHeadDimV).fwd_warpgroups == 3) {
+    bad += check_forward<kHeadDim, kHeadDimV, kDtype, 2>((std::string(name) + " two warpgroups").c_str());
+  }
   if constexpr (kBwdBlockM != 0) {  // rows with a backward kernel; the staggered instantiation where there is one
     bad += check<kHeadDim, kHeadDimV, kDtype>(name);
     using namespace dash::hopper::bwd;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// hopper/fwd/fwd_config.cuh — everything the Hopper forward kernel fixes at compile time, derived from its only
-// three template parameters (the head dims of q / k and of v, element type): tile sizes (a row of
-// dash/kernel_table.hpp), warpgroup roles and register budgets, shared-memory layouts, the wgmma tiled MMAs, the TMA
-// copy types, the kernel parameters and the shared-memory map.
+// hopper/fwd/fwd_config.cuh — everything the Hopper forward kernel fixes at compile time, derived from its template
+// parameters (the head dims of q / k and of v, element type; the consumer warpgroups where a call runs fewer than
+// the row's): tile sizes (a row of dash/kernel_table.hpp), warpgroup roles and register budgets, shared-memory
+// layouts, the wgmma tiled MMAs, the TMA copy types, the kernel parameters and the shared-memory map.
 //
 // Adding a head dim means adding a row to dash/kernel_table.hpp: the smem atom, MMA shapes and TMA boxes below
 // all follow from (kHeadDim, kHeadDimV, kBlockN, kStages). Keep the smem total under 227 KB and the consumer's live
@@ -27,7 +27,9 @@
 
 namespace dash::hopper::fwd {
 
-template <int kHeadDim_, int kHeadDimV_, class Element_>
+// kWarpgroupsRequested: 0 for the row's consumer warpgroups, else that many (dash::fwd_warpgroups_for: 2 for the
+// fixed-length banded calls with short queries at a row of 3).
+template <int kHeadDim_, int kHeadDimV_, class Element_, int kWarpgroupsRequested = 0>
 struct FwdConfig {
   using Element = Element_;  // cute::bfloat16_t or cute::half_t
   static constexpr int kHeadDim = kHeadDim_;    // q and k
@@ -39,7 +41,8 @@ struct FwdConfig {
   // FMA pipe (0: none; see exp2_polynomial).
   static constexpr KernelTableRow kTableRow = kernel_table_row(kHeadDim, kHeadDimV);
   static_assert(kTableRow.head_dim == kHeadDim, "no row for these head dims in dash/kernel_table.hpp");
-  static constexpr int kConsumerWarpgroups = kTableRow.fwd_warpgroups;  // each owns 64 query rows of the Q tile
+  static constexpr int kConsumerWarpgroups =  // each owns 64 query rows of the Q tile
+      kWarpgroupsRequested != 0 ? kWarpgroupsRequested : kTableRow.fwd_warpgroups;
   static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3, "the turn barriers are laid out for 2 or 3");
   static constexpr int kRowsPerWarpgroup = 64;  // the M of one wgmma
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerWarpgroup;

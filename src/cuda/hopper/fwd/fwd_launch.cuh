@@ -27,16 +27,17 @@ int smem_bytes() {
   return fwd_smem_bytes<FwdConfig<kHeadDim, kHeadDimV, typename CuteElement<kDtype>::type>>();
 }
 
-template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
-dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
+// kVarlen: launch.varlen describes a pack (its sequences set).
+template <class Config, bool kVarlen>
+dash_status run_with(kernels::FwdLaunch const& launch, std::string& error) {
   using namespace cute;
-  using Config = FwdConfig<kHeadDim, kHeadDimV, typename CuteElement<kDtype>::type>;
   using Element = typename Config::Element;
+  constexpr int kHeadDim = Config::kHeadDim, kHeadDimV = Config::kHeadDimV;
   dash_fwd_args const& a = launch.args;
   dash_problem const& pr = a.problem;
 
   kernels::VarlenLaunch const& pack = launch.varlen;
-  bool const varlen = pack.sequences != nullptr;
+  constexpr bool varlen = kVarlen;
   // Fixed length: (seqlen, head dim, heads, batch, 1). Varlen: ragged views (hopper/varlen.cuh).
   auto gQ = varlen ? tma::make_ragged_gmem_tensor<Element, kHeadDim>(a.q, pr.heads_q)
                    : tma::make_gmem_tensor<Element, kHeadDim>(a.q, pr.seqlen_q, pr.heads_q, pr.batch);
@@ -102,11 +103,8 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
   }
 
   constexpr int kSmemBytes = fwd_smem_bytes<Config>();
-  auto const kernel = varlen ? forward_kernel<Config, true> : forward_kernel<Config, false>;
-  if (dash_status s = varlen ? opt_in_dynamic_smem<forward_kernel<Config, true>>(device, kSmemBytes, "forward kernel",
-                                                                                  error)
-                             : opt_in_dynamic_smem<forward_kernel<Config, false>>(device, kSmemBytes, "forward kernel",
-                                                                                   error);
+  auto const kernel = forward_kernel<Config, kVarlen>;
+  if (dash_status s = opt_in_dynamic_smem<forward_kernel<Config, kVarlen>>(device, kSmemBytes, "forward kernel", error);
       s != DASH_OK) {
     return s;
   }
@@ -123,6 +121,25 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
                      status);
   }
   return DASH_OK;
+}
+
+// The row's kernel, or (fixed length, at a row of three consumer warpgroups) the two-warpgroup one that
+// dash::fwd_warpgroups_for picks for banded masks over short queries. A varlen pack runs the row's: its tiles
+// were cut at the row's height (dash_pack_layout's fwd_block_m), and a row's bits do not depend on the height.
+template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
+dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
+  using Element = typename CuteElement<kDtype>::type;
+  using RowConfig = FwdConfig<kHeadDim, kHeadDimV, Element>;
+  if (launch.varlen.sequences != nullptr) return run_with<RowConfig, true>(launch, error);
+  constexpr KernelTableRow kRow = kernel_table_row(kHeadDim, kHeadDimV);
+  if constexpr (kRow.fwd_warpgroups == 3) {
+    AttentionMask const mask = AttentionMask::of(launch.args.problem);
+    bool const banded = mask.left_bounded() || mask.right_bounded();
+    if (fwd_warpgroups_for(kRow, banded, launch.args.problem.seqlen_q) == 2) {
+      return run_with<FwdConfig<kHeadDim, kHeadDimV, Element, 2>, false>(launch, error);
+    }
+  }
+  return run_with<RowConfig, false>(launch, error);
 }
 
 }  // namespace dash::hopper::fwd
