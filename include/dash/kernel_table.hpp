@@ -79,17 +79,22 @@ constexpr KernelTableRow kernel_table_row(int32_t head_dim, int32_t head_dim_v =
 constexpr bool has_backward(const KernelTableRow& row) { return row.bwd_block_m != 0; }
 
 // The forward's consumer warpgroups for one fixed-length call: the row's, except that a row of three (192-row Q
-// tiles) runs two (128-row tiles) under a banded mask (causal, or a window with a bounded side) when the queries
-// are at most kFwdShortBandRows long. A Q tile that straddles the band computes scores its rows mask, about half a
+// tiles) runs two (128-row tiles) for at most kFwdShortBandRows queries where the tile height cannot change a bit
+// (`height_invariant`, below). A Q tile that straddles a causal band computes scores its rows mask, about half a
 // tile's height per tile: at 512 / 1k causal queries 59% / 67% of the scores 192-row tiles compute are visible,
 // 80% / 89% with 128-row tiles. Longer rows amortise it, and three warpgroups keep the tensor cores busier at head
 // dim 64: on the H200, two warpgroups measured +10% at 512 and +12% at 1k causal queries, -3% at 2k, -5% at 4k
-// (docs/benchmarks.md). A row's O and LSE do not depend on the height of its tile: it visits the same KV tiles in
-// the same order, and a tile it sees entirely masked leaves its running max, sum and output as they were (a
-// rescale by exactly 1, or 0 x 0, then + 0); tests compare them bitwise (a varlen pack runs the row's warpgroups).
+// (docs/benchmarks.md).
+// height_invariant: the mask hides only keys right of each row's visible ones (causal, or a window without a left
+// side) and every row sees a key. Then a row's O and LSE (finite inputs) do not depend on its tile's height: it
+// visits the same KV tiles in the same order, last to first, so the tiles a taller tile adds, entirely masked for
+// the row, come before its first visible one, while its running max is still -inf, and leave its sum and O at
+// zero. Tests compare the heights bitwise (a varlen pack runs the row's warpgroups). With a left side a row's masked
+// tiles come after visible ones, where the rescale is exp2 of a fused multiply-add's rounding error, not exactly 1
+// (the bits differed, 2026-12-04); a row without keys would keep the sign of 0 x V over the tiles it visits.
 inline constexpr int32_t kFwdShortBandRows = 1024;
-constexpr int32_t fwd_warpgroups_for(const KernelTableRow& row, bool banded, int32_t seqlen_q) {
-  return row.fwd_warpgroups == 3 && banded && seqlen_q <= kFwdShortBandRows ? 2 : row.fwd_warpgroups;
+constexpr int32_t fwd_warpgroups_for(const KernelTableRow& row, bool height_invariant, int32_t seqlen_q) {
+  return row.fwd_warpgroups == 3 && height_invariant && seqlen_q <= kFwdShortBandRows ? 2 : row.fwd_warpgroups;
 }
 
 }  // namespace dash

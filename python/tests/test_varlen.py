@@ -293,14 +293,18 @@ def test_a_sequence_in_a_pack_has_the_bits_of_the_fixed_length_call(device, caus
 
 
 @CUDA_SKIP
-@pytest.mark.parametrize("mask", ["causal", "window", "left-window"])
+@pytest.mark.parametrize("mask", ["causal", "right-window", "window", "left-window"])
 def test_forward_bits_do_not_depend_on_the_query_tile_height(mask):
-    # At head dim 64 a fixed-length forward under a banded mask with at most 1024 queries runs 128-row Q tiles (two
+    # At head dim 64 a fixed-length forward with at most 1024 queries under a mask that hides keys only right of each
+    # row's visible ones (causal, a window without a left side), every row seeing a key, runs 128-row Q tiles (two
     # consumer warpgroups), a varlen pack always 192-row tiles (dash::fwd_warpgroups_for): a row visits the same KV
-    # tiles in the same order either way, and the tiles a taller tile sees entirely masked must leave its O and LSE
-    # bit for bit as they were. Lengths around the tile heights and the 1024 switch, both sides 1 and 2 included.
+    # tiles in the same order either way, and the tiles only the taller tile visits, entirely masked for the row,
+    # must leave its O and LSE bit for bit as they were. Windows with a left side, and rows without keys (more
+    # queries than keys), run 192-row tiles in both (with two warpgroups windows' bits differed). Lengths around the
+    # tile heights and the 1024 switch, both sides 1 and 2 included; bits compared as integers (the sign of a zero
+    # counts).
     causal = mask == "causal"
-    window = {"causal": (-1, -1), "window": (100, 30), "left-window": (257, -1)}[mask]
+    window = {"causal": (-1, -1), "right-window": (-1, 30), "window": (100, 30), "left-window": (257, -1)}[mask]
     pairs = [(1, 1), (2, 2), (1, 300), (2, 129), (127, 127), (129, 300), (191, 191), (193, 193), (300, 129),
              (700, 700), (1024, 1024), (1023, 1100), (1025, 1025)]
     for i, (sq, sk) in enumerate(pairs):
@@ -310,8 +314,10 @@ def test_forward_bits_do_not_depend_on_the_query_tile_height(mask):
                                                             return_lse=True)
             fixed, lse_fixed = dash_attn.attention(q[None], k[None], v[None], causal=causal, window_size=window,
                                                    return_lse=True)
-        assert torch.equal(packed, fixed[0]), f"{mask} {sq} x {sk}: O differs between the tile heights"
-        assert torch.equal(lse_packed, lse_fixed[0]), f"{mask} {sq} x {sk}: LSE differs between the tile heights"
+        assert torch.equal(packed.view(torch.int16), fixed[0].view(torch.int16)), \
+            f"{mask} {sq} x {sk}: O differs between the tile heights"
+        assert torch.equal(lse_packed.view(torch.int32), lse_fixed[0].view(torch.int32)), \
+            f"{mask} {sq} x {sk}: LSE differs between the tile heights"
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -27,8 +27,8 @@
 
 namespace dash::hopper::fwd {
 
-// kWarpgroupsRequested: 0 for the row's consumer warpgroups, else that many (dash::fwd_warpgroups_for: 2 for the
-// fixed-length banded calls with short queries at a row of 3).
+// kWarpgroupsRequested: 0 for the row's consumer warpgroups, else that many (dash::fwd_warpgroups_for: 2 for some
+// fixed-length calls with short queries at a row of 3).
 template <int kHeadDim_, int kHeadDimV_, class Element_, int kWarpgroupsRequested = 0>
 struct FwdConfig {
   using Element = Element_;  // cute::bfloat16_t or cute::half_t

@@ -124,8 +124,8 @@ dash_status run_with(kernels::FwdLaunch const& launch, std::string& error) {
 }
 
 // The row's kernel, or (fixed length, at a row of three consumer warpgroups) the two-warpgroup one that
-// dash::fwd_warpgroups_for picks for banded masks over short queries. A varlen pack runs the row's: its tiles
-// were cut at the row's height (dash_pack_layout's fwd_block_m), and a row's bits do not depend on the height.
+// dash::fwd_warpgroups_for picks for short queries where the tile height cannot change a bit. A varlen pack runs
+// the row's: its tiles were cut at the row's height (dash_pack_layout's fwd_block_m).
 template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
 dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
   using Element = typename CuteElement<kDtype>::type;
@@ -134,8 +134,9 @@ dash_status run(kernels::FwdLaunch const& launch, std::string& error) {
   constexpr KernelTableRow kRow = kernel_table_row(kHeadDim, kHeadDimV);
   if constexpr (kRow.fwd_warpgroups == 3) {
     AttentionMask const mask = AttentionMask::of(launch.args.problem);
-    bool const banded = mask.left_bounded() || mask.right_bounded();
-    if (fwd_warpgroups_for(kRow, banded, launch.args.problem.seqlen_q) == 2) {
+    // Keys hidden only right of each row's visible ones, and row 0 (which sees the fewest) sees key 0.
+    bool const height_invariant = mask.right_bounded() && !mask.left_bounded() && mask.key_end(0) > 0;
+    if (fwd_warpgroups_for(kRow, height_invariant, launch.args.problem.seqlen_q) == 2) {
       return run_with<FwdConfig<kHeadDim, kHeadDimV, Element, 2>, false>(launch, error);
     }
   }
