@@ -656,9 +656,10 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
     }
   };
   // Hand this warpgroup's dQ block (tdQrdQ, complete) to the store warp of the current staging buffer
-  // (bwd_dq_handoff.cuh), with `record` written by `record_writer`. WAIT (staging buffer) until that store warp
-  // drained it: it drains in order and is only held up by a dQ-order wait, which ends (docs/DEADLOCK.md; see
-  // store_warp_loop), so this wait ends too.
+  // (bwd_dq_handoff.cuh), with the visit's `record` written by `record_writer` (a pointer to the record, tried
+  // instead, put the visit record in local memory).
+  // WAIT (staging buffer) until that store warp drained it: it drains in order and is only held up by a dQ-order
+  // wait, which ends (docs/DEADLOCK.md; see store_warp_loop), so this wait ends too.
   auto hand_off_dq = [&](auto const& tdQrdQ, const VisitRecord& record, bool record_writer) {
     watchdog_wait(&s.dq_empty[dq_stage], dq_phase ^ 1, kSiteDqEmpty);
     {
@@ -675,13 +676,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       }
     }
     if (record_writer) {
-      DqHandoff h;
-      h.accumulator = record.accumulator;
-      h.rank = record.rank;
-      h.flags = record.flags;
-      h.ticket = record.ticket;
-      h.visit = record.visit;
-      s.handoff[dq_stage] = h;
+      s.handoff[dq_stage] = DqHandoff{record.accumulator, record.rank, record.flags, record.ticket, record.visit};
     }
     // The store warp's bulk copy reads the staged values through the async proxy: each writer fences its
     // generic writes for that proxy, then its arrival releases them (and the record).
@@ -893,7 +888,9 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
 
       // The record is written by the warpgroup that stages the visit's rows on time (staggered: the follower;
       // the leader's rows of the same visit arrive one visit later, and dq_full counts both).
-      if (!Config::kStaggered || !leader || vi > 0) hand_off_dq(tdQrdQ, vis, thread == (Config::kStaggered ? 128 : 0));
+      if (!Config::kStaggered || !leader || vi > 0) {
+        hand_off_dq(tdQrdQ, vis, thread == (Config::kStaggered ? 128 : 0));
+      }
 
       // All GEMMs of this visit complete: Q/dO of the stage, sdS (and sPt) and the RS operands are free.
       warpgroup_wait<0>();
@@ -918,7 +915,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         warpgroup_gemm<true, false>(mma_dq, tdQrdS_last, tdQrKt, tdQrdQ);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tdQrdQ);
-        hand_off_dq(tdQrdQ, VisitRecord{}, false);
+        hand_off_dq(tdQrdQ, VisitRecord{}, false);  // the record went with the follower's half
       }
     }
     // ---- segment epilogue: dK / dV of this KV tile (this unit's share) ----
