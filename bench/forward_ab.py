@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Forward A/B of builds of dash-attn: the forward alone on the protocol's causal rows (head dim 64 from 512 tokens),
-its head-dim-128 full-mask rows and head dim 64's at 2k, one library per process (DASH_ATTN_LIBRARY), the protocol's
+its head-dim-128 full-mask rows and head dim 64's at 2k and 8k, one library per process (DASH_ATTN_LIBRARY), the protocol's
 timer (window_bench.time_impls); one JSON line per row with the SHA-256 of O and LSE, so that builds which should agree
 bitwise can be checked. Run it once per build and round, interleaved, then summarise: the median TFLOP/s per (config,
 variant), its ratio to the variant named "base", the per-run figures, and whether O and LSE were bitwise equal across
@@ -25,7 +25,8 @@ import sys
 ROWS = [(16, 1024, 16, 16, 128, 128, True), (8, 2048, 16, 16, 128, 128, True), (4, 4096, 16, 16, 128, 128, True),
         (2, 8192, 16, 16, 128, 128, True), (1, 16384, 16, 16, 128, 128, True), (2, 8192, 32, 8, 128, 128, True),
         (32, 512, 32, 32, 64, 64, True), (16, 1024, 32, 32, 64, 64, True), (8, 2048, 32, 32, 64, 64, True),
-        (4, 4096, 32, 32, 64, 64, True), (2, 8192, 32, 32, 64, 64, True), (8, 2048, 32, 32, 64, 64, False),
+        (4, 4096, 32, 32, 64, 64, True), (2, 8192, 32, 32, 64, 64, True), (1, 16384, 32, 32, 64, 64, True),
+        (8, 2048, 32, 32, 64, 64, False), (2, 8192, 32, 32, 64, 64, False),
         (2, 8192, 16, 16, 96, 96, True), (2, 8192, 8, 8, 256, 256, True), (2, 8192, 16, 16, 192, 128, True),
         (16, 1024, 16, 16, 128, 128, False), (8, 2048, 16, 16, 128, 128, False), (4, 4096, 16, 16, 128, 128, False),
         (2, 8192, 16, 16, 128, 128, False), (1, 16384, 16, 16, 128, 128, False)]
