@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Forward A/B of builds of dash-attn: the forward alone on the protocol's causal rows (head dim 64 from 512 tokens),
-its head-dim-128 full-mask rows and head dim 64's at 2k and 8k, one library per process (DASH_ATTN_LIBRARY), the protocol's
-timer (window_bench.time_impls); one JSON line per row with the SHA-256 of O and LSE, so that builds which should agree
-bitwise can be checked. Run it once per build and round, interleaved, then summarise: the median TFLOP/s per (config,
-variant), its ratio to the variant named "base", the per-run figures, and whether O and LSE were bitwise equal across
-variants.
+its head-dim-128 full-mask rows and head dim 64's at 2k and 8k, one library per process (DASH_ATTN_LIBRARY), the
+protocol's timer (window_bench.time_impls); one JSON line per row with the SHA-256 of O and LSE, so that builds which
+should agree bitwise can be checked. Run it once per build and round, interleaved, then summarise: the median TFLOP/s
+per (config, variant), its ratio to the variant named "base", the per-run figures, and whether O and LSE were bitwise
+equal across variants.
 
     DASH_ATTN_LIBRARY=DIR/libdash_attn.so [FA3_SO=_C.so] [FORWARD_AB_MASK=causal|full] \
         [FORWARD_AB_HEAD_DIMS=64,128] python3 bench/forward_ab.py run VARIANT OUT.jsonl

@@ -5,8 +5,8 @@ Follows shared/docs/benchmark-protocol.md (outside the repo): bf16, 16,384 token
 at head dim 128, 32 at 64), full and causal, plus the GQA rows (causal, head dim 128: 32/8 heads at 1k-8k tokens,
 28/4 at 4k and 8k). Every figure is the median of 10 calls queued back to back, each between its own pair of CUDA
 events (host overhead hidden, as in a training loop that runs ahead of the GPU), after 3 warm-ups. The
-implementations of one config are interleaved, and the whole set is repeated `--repeats` times; a row's TFLOP/s is
-the median over the repeats, and each ratio is the median of the per-repeat ratios.
+implementations of one config are interleaved, in an order drawn anew for each of the `--repeats` repeats
+(repeat_order); a row's TFLOP/s is the median over the repeats, and each ratio is the median of the per-repeat ratios.
 
 Each implementation is timed through the entry point its users call:
 - dash-attn: torch.ops.dash_attn.fwd / bwd (every schedule, auto, and deterministic=False);
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -276,17 +277,27 @@ def timing_row(env, case, impl, tflops, times, bitwise, rel_err, **extra):
                 B=case.b, S=case.s, Hq=case.hq, Hkv=case.hkv, D=case.d, causal=case.causal, **extra)
 
 
-def run_config(case, impls, repeats, reference_key, warmup=3, reps=10, warmup_seconds=0.0):
-    """Times every impl `repeats` times, interleaved; returns {key: [median ms per repeat]} and the check results.
+def repeat_order(impls, case, r, order):
+    """The order of the impls in repeat r. A timing depends on what ran just before it: the H200 reaches its power
+    cap within about 60 ms, so the clock an impl's 13 calls run at follows the previous impl's draw. "rotate" (repeat
+    r starts at impl r) moves the first impl's handicap round, but every impl keeps its predecessor: at 2027dce the
+    deterministic auto rows, always timed right after the non-deterministic one, read 2-9% below the named schedule
+    with the same plan and kernel at head dim 64 (`record-2026-12-04-2027dce-fa4.jsonl`: 4k full 480 against shift's
+    524). "shuffle" (the default) draws each repeat's order at random, seeded by the config and the repeat, so that a
+    predecessor's effect is noise that the median over repeats damps, not a bias of one row."""
+    if order == "rotate":
+        shift = r % max(len(impls), 1)
+        return impls[shift:] + impls[:shift]
+    return random.Random(f"{case.name}/{r}").sample(impls, len(impls))
 
-    Repeat r starts at impl r (the order rotates): the same plan timed right after the forward and later in a repeat
-    differed by 4% in every repeat (`nondet-plans-2026-12-02-e65a459.jsonl`: auto and ascending are one plan at 8k
-    full), so a fixed order would give the first backward a constant handicap."""
+
+def run_config(case, impls, repeats, reference_key, warmup=3, reps=10, warmup_seconds=0.0, order="shuffle"):
+    """Times every impl `repeats` times, interleaved (repeat_order); returns {key: [median ms per repeat]} and the
+    check results."""
     per_repeat = {i.key: [] for i in impls}
     all_times = {i.key: [] for i in impls}
     for r in range(repeats):
-        shift = r % max(len(impls), 1)
-        for impl in impls[shift:] + impls[:shift]:
+        for impl in repeat_order(impls, case, r, order):
             times = time_cuda(impl.run, warmup, reps, warmup_seconds)
             per_repeat[impl.key].append(statistics.median(times))
             all_times[impl.key] += times
@@ -312,6 +323,9 @@ def main():
     ap.add_argument("--long", action="store_true", help="also 32k-128k tokens: time and extra memory")
     ap.add_argument("--configs", help="comma-separated config names (default: the grid)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--order", choices=("shuffle", "rotate"), default="shuffle",
+                    help="the impls' order in each repeat (repeat_order): a seeded shuffle per repeat (default), or "
+                         "the same order started one impl later per repeat")
     ap.add_argument("--commit", default=None)
     ap.add_argument("--no-cudnn", action="store_true")
     ap.add_argument("--schedules", help="comma-separated dash-attn schedules for the deterministic rows (default: all "
@@ -332,7 +346,7 @@ def main():
                sm_count=props.multi_processor_count, torch=torch.__version__, cuda=torch.version.cuda,
                dtype="bfloat16", timer="cuda-events back to back, median of 10 after 3 warm-ups" +
                (f" and {args.warmup_seconds:g} s of the same call (sustained power state)" if args.warmup_seconds else ""),
-               warmup_seconds=args.warmup_seconds)
+               warmup_seconds=args.warmup_seconds, repeats=args.repeats, order=args.order)
     fa3 = load_fa3(args.fa3) if args.fa3 else None
     fa4_func = None
     if args.fa4:
@@ -385,7 +399,7 @@ def main():
         per_repeat, all_times, checks = run_config(case, impls, args.repeats,
                                                    ("cudnn", "nondeterministic", None) if not args.quick
                                                    and not args.no_cudnn else ("fa3", "nondeterministic", None),
-                                                   warmup_seconds=args.warmup_seconds)
+                                                   warmup_seconds=args.warmup_seconds, order=args.order)
         results = {}
         for impl in impls:
             flops = case.fwd_flops * (1.0 if impl.mode == "forward" else 2.5)

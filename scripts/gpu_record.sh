@@ -6,6 +6,7 @@
 #
 #   scripts/gpu_record.sh --build-dir DIR --fa3 SO [--quick] [--long] [--fa4] [--profile CONFIG,...] [--mode M]
 #                         [--no-record] [--configs LIST] [--profile-impls "dash-attn fa3"] [--warmup-seconds S]
+#                         [--repeats N] [--order shuffle|rotate]
 #
 # SO is FA3 upstream's _C.so built from shared/fa3kit (`build.py upstream DIR`; build it on the development machine
 # and carry it, 6 MB, or build it on the H200). Outputs go to $OUT (or out/): record-<commit>.jsonl, record.log, and
@@ -28,6 +29,7 @@ while [ $# -gt 0 ]; do
     --quick|--long|--fa4) record_args+=("$1"); shift ;;
     --configs) record_args+=(--configs "$2"); shift 2 ;;
     --warmup-seconds) record_args+=(--warmup-seconds "$2"); shift 2 ;;  # the sustained power state (record.py)
+    --repeats|--order) record_args+=("$1" "$2"); shift 2 ;;
     --profile) profiles="$2"; shift 2 ;;
     --mode) mode="$2"; shift 2 ;;
     --no-record) record=0; shift ;;

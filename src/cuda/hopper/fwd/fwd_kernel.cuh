@@ -335,13 +335,8 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
 
       // Steady state: S for tile n-1 and O += P V for tile n in flight together.
       for (--n; n >= range.begin; --n) {
-#ifdef DASH_FWD_K_BEFORE_TURN
-        mbarrier_wait(&smem.k_full[k_stage.index], k_stage.phase);
-        wait_turn();
-#else
         wait_turn();
         mbarrier_wait(&smem.k_full[k_stage.index], k_stage.phase);
-#endif
         warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), tSrS);
         mbarrier_wait(&smem.v_full[v_stage.index], v_stage.phase);
         warpgroup_gemm<false, true>(mma_pv, tOrP_operand, tOrVt(_, _, _, v_stage.index), tOrO);
@@ -358,11 +353,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
         // lambda called below, the form whose SASS was measured; inlined by hand, ptxas schedules the loop
         // differently.)
         auto release_s_operands = [&] {
-#ifdef DASH_FWD_SPLIT_WAIT
-          if (lane_leader && !(softmax.row_sum[0] < 0.f)) mbarrier_arrive(&smem.k_empty[k_stage.index]);
-#else
           release(&smem.k_empty[k_stage.index]);
-#endif
           k_stage.advance();
           if (n == range.begin) release(&smem.q_empty);
         };

@@ -77,19 +77,16 @@ struct OnlineSoftmax {
     static_assert(decltype(size<0>(scores))::value == kRows);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-#ifdef DASH_FWD_MAX_TREE
+      // The tile's max as four interleaved chains, joined at the end (exact: max does not round). One chain of all
+      // the row's columns made the first exponential of the tile wait for ~32 dependent FMNMX; the tree measured
+      // +0.3-1.3% on every head-dim-64 row (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-04 18:54).
       constexpr int kCols = decltype(size<1>(scores))::value;
-      static_assert(kCols % 4 == 0);
-      float lane_max[4] = {scores(r, 0), scores(r, 1), scores(r, 2), scores(r, 3)};
+      static_assert(kCols % 4 == 0, "the max tree takes the columns four at a time");
+      float chain_max[4] = {scores(r, 0), scores(r, 1), scores(r, 2), scores(r, 3)};
       CUTE_UNROLL
-      for (int c = 4; c < kCols; ++c) lane_max[c % 4] = fmaxf(lane_max[c % 4], scores(r, c));
-      float tile_max = fmaxf(fmaxf(lane_max[0], lane_max[1]), fmaxf(lane_max[2], lane_max[3]));
-      tile_max = fmaxf(row_max[r], tile_max);
-#else
-      float tile_max = row_max[r];
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
-#endif
+      for (int c = 4; c < kCols; ++c) chain_max[c % 4] = fmaxf(chain_max[c % 4], scores(r, c));
+      float const tile_max =
+          fmaxf(row_max[r], fmaxf(fmaxf(chain_max[0], chain_max[1]), fmaxf(chain_max[2], chain_max[3])));
       float const new_max = quad_max(tile_max);
       // A row with every key masked so far keeps max = -inf; use 0 as its offset so that exp2 sees
       // -inf - 0 = -inf (giving 0) instead of -inf - (-inf) = NaN.
