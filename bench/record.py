@@ -4,9 +4,10 @@
 Follows shared/docs/benchmark-protocol.md (outside the repo): bf16, 16,384 tokens per batch, hidden 2048 (16 heads
 at head dim 128, 32 at 64), full and causal, plus the GQA rows (causal, head dim 128: 32/8 heads at 1k-8k tokens,
 28/4 at 4k and 8k). Every figure is the median of 10 calls queued back to back, each between its own pair of CUDA
-events (host overhead hidden, as in a training loop that runs ahead of the GPU), after 3 warm-ups. The
-implementations of one config are interleaved, in an order drawn anew for each of the `--repeats` repeats
-(repeat_order); a row's TFLOP/s is the median over the repeats, and each ratio is the median of the per-repeat ratios.
+events (host overhead hidden, as in a training loop that runs ahead of the GPU), after 3 warm-ups and 0.2 s of the
+same call (--warmup-seconds: the power-capped state a training step runs in). The implementations of one config are
+interleaved, in an order drawn anew for each of the `--repeats` repeats (repeat_order); a row's TFLOP/s is the median
+over the repeats, and each ratio is the median of the per-repeat ratios.
 
 Each implementation is timed through the entry point its users call:
 - dash-attn: torch.ops.dash_attn.fwd / bwd (every schedule, auto, and deterministic=False);
@@ -333,9 +334,11 @@ def main():
     ap.add_argument("--nondet-schedules", default="auto",
                     help="comma-separated dash-attn schedules for the non-deterministic rows (default: auto; the "
                          "plan orders the work there too, though no addition waits)")
-    ap.add_argument("--warmup-seconds", type=float, default=0.0,
+    ap.add_argument("--warmup-seconds", type=float, default=0.2,
                     help="before each timed batch, run the same call back to back for this long (the sustained power "
-                         "state; default 0: 3 warm-up calls only)")
+                         "state a training step runs in; default 0.2 s, where two plans that are one plan timed as "
+                         "different rows agree to 2%%; 0: 3 warm-up calls only, and each figure then depends on what "
+                         "ran before it)")
     ap.add_argument("--tag", help="a name for this build of dash-attn, written into every row (A/B runs)")
     ap.add_argument("--only", help="IMPL/MODE[/SCHEDULE]: run that one 5 times on the first config and exit (for ncu)")
     args = ap.parse_args()
