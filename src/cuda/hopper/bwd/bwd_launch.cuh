@@ -118,11 +118,7 @@ dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int dev
                 std::string& error) {
   using LockStep = BwdConfig<kHeadDim, kHeadDimV, kDtype>;
   if constexpr (LockStep::kCanStagger) {
-#ifndef DASH_BWD_NO_STAGGER  // (experiment: the lock-step kernel in both modes)
     if (!params.deterministic) {
-#else
-    if (false) {
-#endif
       return run_with<BwdConfig<kHeadDim, kHeadDimV, kDtype, true>>(params, num_ctas, device, stream, error);
     }
   }
