@@ -8,6 +8,9 @@
 #                         [--no-record] [--configs LIST] [--profile-impls "dash-attn fa3"] [--warmup-seconds S]
 #                         [--repeats N] [--order shuffle|rotate]
 #
+# record.py times each call after 0.2 s of itself (the power-capped state) in a shuffled order per repeat; the full
+# record with FA4 took 410 s of the 560 allowed below at e1c69e3, so --long goes in a call of its own.
+#
 # SO is FA3 upstream's _C.so built from shared/fa3kit (`build.py upstream DIR`; build it on the development machine
 # and carry it, 6 MB, or build it on the H200). Outputs go to $OUT (or out/): record-<commit>.jsonl, record.log, and
 # ncu-<impl>-<config>.tar.gz per profile with ncu-summary.log.

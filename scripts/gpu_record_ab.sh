@@ -7,6 +7,7 @@
 #   scripts/gpu_record_ab.sh [--fa3 SO] [--rounds N] [--configs LIST] [--schedules LIST] [--nondet-schedules LIST]
 #                            [--warmup-seconds S] TAG=LIBDIR [TAG=LIBDIR ...]
 #
+# Each call is timed after 0.2 s of itself (record.py's default; --warmup-seconds 0: 3 warm-up calls only).
 # LIBDIR holds a libdash_attn.so (e.g. a build directory, or a folder of carried libraries). Rows go to
 # $OUT/ab-<TAG>.jsonl, the comparison to $OUT/ab-summary.txt.
 set -uo pipefail
