@@ -336,9 +336,8 @@ def main():
                          "plan orders the work there too, though no addition waits)")
     ap.add_argument("--warmup-seconds", type=float, default=0.2,
                     help="before each timed batch, run the same call back to back for this long (the sustained power "
-                         "state a training step runs in; default 0.2 s, where two plans that are one plan timed as "
-                         "different rows agree to 2%%; 0: 3 warm-up calls only, and each figure then depends on what "
-                         "ran before it)")
+                         "state a training step runs in; default 0.2 s, where two rows that run one plan agree to "
+                         "2%%; 0: 3 warm-up calls only, and each figure then depends on what ran before it)")
     ap.add_argument("--tag", help="a name for this build of dash-attn, written into every row (A/B runs)")
     ap.add_argument("--only", help="IMPL/MODE[/SCHEDULE]: run that one 5 times on the first config and exit (for ncu)")
     args = ap.parse_args()

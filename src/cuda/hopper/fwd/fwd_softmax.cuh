@@ -78,8 +78,9 @@ struct OnlineSoftmax {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       // The tile's max as four interleaved chains, joined at the end (exact: max does not round). One chain of all
-      // the row's columns made the first exponential of the tile wait for ~32 dependent FMNMX; the tree measured
-      // +0.3-1.3% on every head-dim-64 row (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-04 18:54).
+      // the row's columns made the first exponential of the tile wait for ~32 dependent FMNMX. The tree measured
+      // +0.4-1.4% at head dim 64, +0.5-1.0% at 128, +2% at 256 and -1.5% at 96, O and LSE bitwise unchanged
+      // (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-04 18:54).
       constexpr int kCols = decltype(size<1>(scores))::value;
       static_assert(kCols % 4 == 0, "the max tree takes the columns four at a time");
       float chain_max[4] = {scores(r, 0), scores(r, 1), scores(r, 2), scores(r, 3)};
