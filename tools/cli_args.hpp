@@ -52,7 +52,9 @@ inline const std::vector<OptionSpec>& all_options() {
       {"--block-n", "N", "shape", "keys per tile, with --block-m"},
       {"--gqa", "MODE", "shape",
        "auto (default: auto's offline table picks split or pack, as dash_attn does) | split (one unit\n"
-       "per query head) | pack (one unit per KV head)"},
+       "per query head) | pack (one unit per KV head) | auto-nondeterministic (pack where the packed units'\n"
+       "work items fill --ctas, else split, as dash_attn's non-deterministic backward; such a plan runs no\n"
+       "deterministic backward)"},
       {"--ctas", "P", "schedule", "co-resident CTAs (default 132, an H200's SMs)"},
       {"--schedule", "NAME", "schedule",
        "ascending | descending | shift | symmetric-shift | auto | auto-fastest (default auto)"},
@@ -376,7 +378,8 @@ inline Shape parse_shape(Args& args, bool studies) {
     if (*g == "split") s.gqa = dash::GqaMode::SplitHeads;
     else if (*g == "pack") s.gqa = dash::GqaMode::PackGroup;
     else if (*g == "auto") s.gqa = dash::GqaMode::Auto;
-    else throw Error("--gqa", "expected split, pack or auto, got '" + *g + "'");
+    else if (*g == "auto-nondeterministic") s.gqa = dash::GqaMode::AutoNondeterministic;
+    else throw Error("--gqa", "expected split, pack, auto or auto-nondeterministic, got '" + *g + "'");
   }
   p.validate();
   return s;

@@ -101,7 +101,7 @@ std::string chosen_by(const Shape& s, int32_t ctas, const dash::CostModel& cost,
   try {
     dash::PlanRequest req{s.problem, {kind, dash::Planner::Ascending}, ctas, s.tiles, s.gqa, &cost};
     const dash::Plan plan = dash::build_plan(req);
-    if (s.gqa != dash::GqaMode::Auto) return dash::planner_name(plan.planner());
+    if (!dash::is_auto(s.gqa)) return dash::planner_name(plan.planner());
     return std::string(dash::planner_name(plan.planner())) + " (gqa " + dash::gqa_mode_name(plan.gqa_mode()) + ")";
   } catch (const Error& e) {
     return std::string("error: ") + e.what();

@@ -35,12 +35,16 @@ const char* planner_name(Planner planner);
 std::optional<Planner> planner_named(std::string_view name);
 const std::vector<Planner>& all_planners();
 
-// Auto is a request only: build_plan resolves it (a Plan's gqa_mode() is SplitHeads or PackGroup).
+// Auto and AutoNondeterministic are requests only: build_plan resolves them (a Plan's gqa_mode() is SplitHeads or
+// PackGroup). Auto follows the offline table per sequence template; AutoNondeterministic packs where the packed
+// units' work items fill the CTAs (whatever the table says), for plans that only non-deterministic backwards run.
 enum class GqaMode : int32_t {
   SplitHeads = DASH_GQA_SPLIT_HEADS,
   PackGroup = DASH_GQA_PACK_GROUP,
-  Auto = DASH_GQA_AUTO
+  Auto = DASH_GQA_AUTO,
+  AutoNondeterministic = DASH_GQA_AUTO_NONDETERMINISTIC
 };
+constexpr bool is_auto(GqaMode mode) { return mode == GqaMode::Auto || mode == GqaMode::AutoNondeterministic; }
 const char* gqa_mode_name(GqaMode mode);
 
 // A schedule as users name it: one planner, or a rule that picks one.

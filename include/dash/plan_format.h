@@ -68,8 +68,11 @@ typedef enum dash_planner_kind {
 typedef enum dash_gqa_mode {
   DASH_GQA_SPLIT_HEADS = 0, /* one unit per query head; ordered dK/dV adds across the group */
   DASH_GQA_PACK_GROUP = 1,  /* one unit per KV head; dK/dV summed in registers over the group */
-  DASH_GQA_AUTO = 2         /* requests only (a built plan holds 0 or 1): auto's offline table picks split or
+  DASH_GQA_AUTO = 2,        /* requests only (a built plan holds 0 or 1): auto's offline table picks split or
                                pack from the sequence template, so the choice does not depend on the batch */
+  DASH_GQA_AUTO_NONDETERMINISTIC = 3 /* requests only, for plans that run non-deterministic backwards: packed units
+                               where their work items fill the CTAs (the whole problem's, batch included), else split
+                               heads. The plan gets DASH_PLAN_NONDETERMINISTIC_ONLY. */
 } dash_gqa_mode;
 
 typedef enum dash_visit_flags {
@@ -83,7 +86,10 @@ typedef enum dash_plan_flags {
    * item's waits are satisfied, and no co-residency is needed (min_coresident_ctas == 1). */
   DASH_PLAN_WAITS_ONLY_BACKWARD = 1u << 0,
   /* The planner could not apply its construction as published and used its generalisation; see the note. */
-  DASH_PLAN_GENERALISED = 1u << 1
+  DASH_PLAN_GENERALISED = 1u << 1,
+  /* Made with DASH_GQA_AUTO_NONDETERMINISTIC: its GQA mode depends on the batch, so a sequence's bits would too;
+   * dash_bwd refuses it with deterministic = 1. Set on the plan's header, never on a shared template's. */
+  DASH_PLAN_NONDETERMINISTIC_ONLY = 1u << 2
 } dash_plan_flags;
 
 typedef struct dash_problem {

@@ -200,8 +200,12 @@ class _BwdShape:
     Either way the plan is made by dash_plan_create_async: a new template's tables are written on a library thread,
     and the first backward queues their copy on its stream rather than waiting for them on the host."""
 
-    def __init__(self, q, k, v, causal, schedule, sm_margin, window, in_background=False):
+    def __init__(self, q, k, v, causal, schedule, sm_margin, window, nondeterministic_gqa, in_background=False):
         problem = _problem(q, k, v, causal, *window)
+        # A non-deterministic GQA backward promises no batch invariance, so its plan packs the group's heads into one
+        # unit wherever the whole problem's packed units fill the CTAs (DASH_GQA_AUTO_NONDETERMINISTIC); a
+        # deterministic one keeps the offline table's choice per sequence template.
+        gqa_mode = _abi.DASH_GQA_AUTO_NONDETERMINISTIC if nondeterministic_gqa else _abi.DASH_GQA_AUTO
         self.problem = _abi.problem_values(problem)
         self.dtype = _GPU_DTYPES[q.dtype]
         num_ctas = _num_ctas(q.device, sm_margin)
@@ -210,7 +214,7 @@ class _BwdShape:
         def build():
             with torch.cuda.device(device):
                 # GQA: auto's offline table picks split or pack heads.
-                return _abi.DevicePlan(problem, schedule, num_ctas, _abi.DASH_GQA_AUTO, asynchronous=True)
+                return _abi.DevicePlan(problem, schedule, num_ctas, gqa_mode, asynchronous=True)
 
         if in_background:
             self._plan, self._pending = None, _planning_thread().submit(build)
@@ -242,9 +246,10 @@ def _planning_thread():
     return _planner
 
 
-def _bwd_key(q, k, v, causal, schedule, sm_margin, window_left, window_right):
+def _bwd_key(q, k, v, causal, deterministic, schedule, sm_margin, window_left, window_right):
+    # The last field: a non-deterministic GQA backward has a plan of its own (_BwdShape).
     return (q.shape, k.shape, v.shape[-1], q.dtype, causal, schedule, q.device.index, sm_margin, window_left,
-            window_right)
+            window_right, not deterministic and q.shape[2] != k.shape[2])
 
 
 _fwd_shapes: dict = {}
@@ -261,10 +266,10 @@ def _fwd_cuda(q, k, v, causal, softmax_scale, deterministic, schedule, needs_bac
         # A new shape's backward plan is started first (the forward's checks passed above: the pair has a backward
         # kernel), on the planning thread, so that it is built while the forward and the rest of the step run (not
         # during CUDA-graph capture: the backward then says that a plan is missing).
-        bwd_key = _bwd_key(q, k, v, causal, schedule, sm_margin, window_left, window_right)
+        bwd_key = _bwd_key(q, k, v, causal, deterministic, schedule, sm_margin, window_left, window_right)
         if bwd_key not in _bwd_shapes and not torch.cuda.is_current_stream_capturing():
             _bwd_shapes[bwd_key] = _BwdShape(q, k, v, causal, schedule, sm_margin, (window_left, window_right),
-                                             in_background=True)
+                                             bwd_key[-1], in_background=True)
     b, sq, hq, _ = q.shape
     lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
     o = torch.empty((b, sq, hq, v.shape[-1]), dtype=q.dtype, device=q.device)  # the value head dim
@@ -291,10 +296,11 @@ def _fwd_cpu(q, k, v, causal, softmax_scale, deterministic, schedule, needs_back
 
 def _bwd_cuda(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, schedule, sm_margin=0, window_left=-1,
               window_right=-1):
-    key = _bwd_key(q, k, v, causal, schedule, sm_margin, window_left, window_right)
+    key = _bwd_key(q, k, v, causal, deterministic, schedule, sm_margin, window_left, window_right)
     shape = _bwd_shapes.get(key)
     if shape is None:
-        shape = _bwd_shapes[key] = _BwdShape(q, k, v, causal, schedule, sm_margin, (window_left, window_right))
+        shape = _bwd_shapes[key] = _BwdShape(q, k, v, causal, schedule, sm_margin, (window_left, window_right),
+                                             key[-1])
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))

@@ -2,6 +2,8 @@
 """Plans in a training job: the SM budget (sm_margin) and the bits. For every schedule including auto, every CTA count
 from the SM count down to the plan's wave gives bitwise the same gradients; below the wave a named schedule is
 refused and auto runs another plan. Also the plan's header and note through the C ABI, and sm_margin's checks."""
+import ctypes
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -131,7 +133,7 @@ def test_chunked_lockstep_plans_match_float64(device, schedule, causal):
 def test_the_forward_plans_the_backward_on_the_planning_thread():
     import concurrent.futures
     q, k, v, dout = inputs("cuda", 1, 1537, 4, 2, 128, torch.bfloat16)  # a length no other test plans
-    key = _torch_ops._bwd_key(q, k, v, True, "auto", 0, -1, -1)
+    key = _torch_ops._bwd_key(q, k, v, True, True, "auto", 0, -1, -1)
     assert key not in _torch_ops._bwd_shapes
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     out = dash_attn.attention(*leaves, causal=True)
@@ -162,7 +164,7 @@ def test_a_planning_thread_error_is_raised_by_the_backward_every_time():
         out = dash_attn.attention(*leaves, schedule="shift", sm_margin=sms - 2)  # 2 CTAs
         with pytest.raises(dash_attn.DashError, match="schedule"):
             out.backward(dout)
-        assert _torch_ops._bwd_key(q, k, v, False, "shift", sms - 2, -1, -1) not in _torch_ops._bwd_shapes
+        assert _torch_ops._bwd_key(q, k, v, False, True, "shift", sms - 2, -1, -1) not in _torch_ops._bwd_shapes
 
 
 # The planning thread may build a plan while the step's thread captures a CUDA graph (a training loop captures after
@@ -188,3 +190,35 @@ def test_a_plan_is_built_beside_a_cuda_graph_capture():
     torch.cuda.synchronize()
     assert torch.equal(z, torch.full_like(z, 2.0))
     assert plan.header_field("num_q_tiles") == 769 and plan.header_field("num_kv_tiles") == 385
+
+
+# deterministic=False on a GQA problem: the backward's plan is its own (DASH_GQA_AUTO_NONDETERMINISTIC), packed here,
+# where 8 x 8 packed units of 4 items fill the SMs (split heads under DASH_GQA_AUTO); the gradients match the float64
+# reference; the deterministic backward of the same shape keeps the table's plan; and dash_bwd refuses to run the
+# non-deterministic plan deterministically.
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA GPU and the sm_90a kernels")
+def test_a_nondeterministic_gqa_backward_packs_where_its_units_fill_the_sms():
+    from attention_reference import check_against_reference
+    q, k, v, dout = inputs("cuda", 8, 1024, 32, 8, 128, torch.bfloat16)
+    scale = 128 ** -0.5
+    keys = {det: _torch_ops._bwd_key(q, k, v, True, det, "auto", 0, -1, -1) for det in (True, False)}
+    assert keys[True] != keys[False]
+    results = {}
+    for det in (False, True):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        out = dash_attn.attention(*leaves, causal=True, deterministic=det)
+        out.backward(dout)
+        results[det] = [out.detach()] + [t.grad for t in leaves]
+    plans = {det: _torch_ops._bwd_shapes[keys[det]].plan for det in (True, False)}
+    assert plans[False].header_field("gqa_mode") == _abi.DASH_GQA_PACK_GROUP, plans[False].note
+    assert plans[False].header_field("flags") & 4, "no DASH_PLAN_NONDETERMINISTIC_ONLY on the non-det plan"
+    assert not plans[True].header_field("flags") & 4
+    assert plans[True].header_field("gqa_mode") == _abi.DASH_GQA_SPLIT_HEADS, plans[True].note
+    check_against_reference(results[False], q, k, v, dout, True, scale, torch.bfloat16, label="non-det packed")
+    o, lse = torch.ops.dash_attn.fwd(q, k, v, True, scale, False, "auto")
+    args = _abi.pack_bwd_args(_abi.problem_values(_torch_ops._problem(q, k, v, True)), _abi.DASH_DTYPE_BF16, q, k, v,
+                              o, dout, lse.data_ptr(), *(torch.empty_like(t) for t in (q, k, v)), scale)
+    workspace = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    status = _abi.LIB.dash_bwd(ctypes.byref(args), plans[False].handle, 1, workspace.data_ptr(), workspace.numel(),
+                               torch.cuda.current_stream().cuda_stream)
+    assert status != 0 and b"DASH_GQA_AUTO_NONDETERMINISTIC" in _abi.LIB.dash_last_error()

@@ -132,13 +132,16 @@ def test_bad_schedule_and_scale():
 
 
 def test_unknown_gqa_mode_is_named():
-    # The C ABI takes split, pack or auto (0, 1, 2); anything else is refused with the argument's name.
+    # The C ABI takes split, pack, auto or auto-nondeterministic (0-3); anything else is refused with the argument's
+    # name.
     from dash_attn import _abi
     problem = _abi.Problem(batch=1, heads_q=4, heads_kv=1, seqlen_q=64, seqlen_k=64, head_dim=64,
                            mask_kind=_abi.DASH_MASK_CAUSAL, window_left=-1, window_right=-1, head_dim_v=0)
-    with pytest.raises(_abi.DashError, match="gqa_mode"):
-        _abi.HostPlan(problem, "auto", 8, 3)
-    assert _abi.HostPlan(problem, "auto", 8, _abi.DASH_GQA_AUTO) is not None
+    for unknown in (4, -1):
+        with pytest.raises(_abi.DashError, match="gqa_mode"):
+            _abi.HostPlan(problem, "auto", 8, unknown)
+    for known in (_abi.DASH_GQA_AUTO, _abi.DASH_GQA_AUTO_NONDETERMINISTIC):
+        assert _abi.HostPlan(problem, "auto", 8, known) is not None
 
 
 @pytest.mark.parametrize("window_size, error, message", [

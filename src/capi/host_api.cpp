@@ -280,7 +280,8 @@ dash_status dash_plan_build_host(const dash_problem* problem, const char* schedu
     if (schedule == nullptr) throw dash::Error("schedule", "is NULL");
     if (blob == nullptr || bytes == nullptr) throw dash::Error("blob", "output pointers are NULL");
     if (num_ctas < 1) throw dash::Error("num_ctas", "must be >= 1 for a host plan (0 means 'the device's SMs' only in dash_plan_create)");
-    if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP && gqa_mode != DASH_GQA_AUTO) {
+    if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP && gqa_mode != DASH_GQA_AUTO &&
+        gqa_mode != DASH_GQA_AUTO_NONDETERMINISTIC) {
       throw dash::Error("gqa_mode", "unknown mode " + std::to_string(gqa_mode));
     }
     dash::PlanRequest req{dash::Problem::from_c(*problem), dash::Schedule::parse(schedule), num_ctas, {},
@@ -319,6 +320,9 @@ dash_status dash_cpu_bwd(const dash_bwd_args* args, const void* plan_blob, size_
   return guarded([&] {
     require_fp32(args->dtype);
     const dash::Plan plan = plan_from_blob(plan_blob, plan_bytes);
+    if (plan.header.flags & DASH_PLAN_NONDETERMINISTIC_ONLY)
+      throw dash::Error("plan", "made with DASH_GQA_AUTO_NONDETERMINISTIC, for non-deterministic backwards only; the "
+                                "CPU backend adds in the plan's order (make the plan with DASH_GQA_AUTO)");
     const dash::ValidationReport report = dash::validate_plan(plan, std::max(1, plan.header.num_ctas));
     if (!report.ok) throw dash::Error("plan", "invalid: " + report.reason);
     if (std::memcmp(&plan.header.problem, &args->problem, sizeof(dash_problem)) != 0)

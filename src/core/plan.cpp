@@ -47,7 +47,7 @@ namespace {
 // all its candidates; geometry_representative is O(KV tiles)). `tiles` resolved.
 TemplateKey representative_template_key(const Problem& representative, TileShape tiles, GqaMode mode,
                                         Planner planner) {
-  if (mode == GqaMode::Auto) throw Error("gqa_mode", "a template key needs a resolved GQA mode (split or pack)");
+  if (is_auto(mode)) throw Error("gqa_mode", "a template key needs a resolved GQA mode (split or pack)");
   TemplateKey k;
   k.seqlen_q = representative.seqlen_q;
   k.seqlen_k = representative.seqlen_k;
@@ -346,7 +346,7 @@ std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape ti
   std::optional<bool> pack_fits;
   auto mode_allowed = [&](GqaMode m) {
     if (!grouped) return m == GqaMode::SplitHeads;
-    if (req.gqa_mode != GqaMode::Auto) return m == req.gqa_mode;
+    if (!is_auto(req.gqa_mode)) return m == req.gqa_mode;
     if (m == GqaMode::SplitHeads) return true;
     if (!pack_fits) {
       pack_fits = !plan_limit_violation(p, tiles, GqaMode::PackGroup, req.num_ctas);
@@ -388,13 +388,19 @@ std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape ti
     return out;
   }
   // A request that fixes the GQA mode (or has no group) takes the table's order of planners in that mode.
-  const bool fixed_mode = !grouped || req.gqa_mode != GqaMode::Auto;
+  // AutoNondeterministic takes it in pack mode first, then in split mode: resolve takes a packed candidate only where
+  // its work items fill the CTAs.
+  const bool fixed_mode = !grouped || !is_auto(req.gqa_mode);
   const GqaMode fixed = grouped ? req.gqa_mode : GqaMode::SplitHeads;
-  for (Candidate c : auto_candidates(p, tiles)) {
-    if (fixed_mode) c.mode = fixed;
-    if (!mode_allowed(c.mode)) continue;
-    if (req.schedule.kind == Schedule::Kind::Planner && c.planner != req.schedule.planner) continue;
-    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  const bool pack_first = grouped && req.gqa_mode == GqaMode::AutoNondeterministic;
+  for (int pass = 0; pass < (pack_first ? 2 : 1); ++pass) {
+    for (Candidate c : auto_candidates(p, tiles)) {
+      if (fixed_mode) c.mode = fixed;
+      if (pack_first) c.mode = pass == 0 ? GqaMode::PackGroup : GqaMode::SplitHeads;
+      if (!mode_allowed(c.mode)) continue;
+      if (req.schedule.kind == Schedule::Kind::Planner && c.planner != req.schedule.planner) continue;
+      if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    }
   }
   if (req.schedule.kind == Schedule::Kind::Planner && out.empty()) {  // the table ranks every pair; be safe
     out.push_back({fixed_mode ? fixed : GqaMode::SplitHeads, req.schedule.planner});
@@ -402,11 +408,14 @@ std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape ti
   return out;
 }
 
-dash_plan_header bind_header(const dash_plan_header& template_header, const Problem& problem, int32_t num_ctas) {
+dash_plan_header bind_header(const dash_plan_header& template_header, const PlanRequest& req) {
   dash_plan_header h = template_header;
-  h.problem = problem.to_c();
-  h.num_units = problem.batch * (h.gqa_mode == DASH_GQA_PACK_GROUP ? problem.heads_kv : problem.heads_q);
-  h.num_ctas = num_ctas;
+  h.problem = req.problem.to_c();
+  h.num_units = req.problem.batch * (h.gqa_mode == DASH_GQA_PACK_GROUP ? req.problem.heads_kv : req.problem.heads_q);
+  h.num_ctas = req.num_ctas;
+  // The GQA mode chose by the batch: a sequence's bits would depend on it (dash_bwd refuses a deterministic run).
+  if (req.problem.group_size() > 1 && req.gqa_mode == GqaMode::AutoNondeterministic)
+    h.flags |= DASH_PLAN_NONDETERMINISTIC_ONLY;
   return h;
 }
 
@@ -424,7 +433,7 @@ std::string bound_note(const std::string& note, const std::string& generalised) 
 
 BoundPlan bound_plan(std::shared_ptr<const UnitTemplate> unit, const PlanRequest& req, const std::string& note) {
   BoundPlan out;
-  out.header = bind_header(unit->plan.header, req.problem, req.num_ctas);
+  out.header = bind_header(unit->plan.header, req);
   out.note = bound_note(note, unit->plan.note);
   out.unit = std::move(unit);
   return out;
@@ -442,6 +451,9 @@ Fetched fetch_template(const TemplateKey& key, bool allow_filling, int32_t num_c
 }
 
 int32_t fetched_wave(const Fetched& f) { return f.unit ? f.unit->wave : f.layout->wave_bound; }
+int32_t fetched_items_per_unit(const Fetched& f) {
+  return f.unit ? f.unit->plan.header.items_per_unit : f.layout->header.items_per_unit;
+}
 
 // ---- The resolution memo (plan_internal.hpp) ----
 
@@ -552,7 +564,7 @@ std::optional<ResolutionClass> resolution_class(const PlanRequest& req) {
   if (req.problem.group_size() > 1 && plan_limit_violation(req.problem, tiles, GqaMode::PackGroup, req.num_ctas))
     return std::nullopt;  // the split mode passed checked_tiles
   const bool reads_row = req.schedule.kind == Schedule::Kind::Auto ||
-                         (req.problem.group_size() > 1 && req.gqa_mode == GqaMode::Auto);
+                         (req.problem.group_size() > 1 && is_auto(req.gqa_mode));
   const Problem representative = geometry_representative(req.problem, tiles);
   return ResolutionClass{reads_row ? auto_table_row(req.problem) : ResolutionClass::kUnread,
                          representative.seqlen_q, representative.seqlen_k};
@@ -575,7 +587,7 @@ ResolutionClassifier::ResolutionClassifier(const PlanRequest& base, int32_t long
       plan_limit_violation(longest.problem, tiles_, GqaMode::PackGroup, longest.num_ctas))
     return;  // some requests may have no class: each is checked
   reads_row_ = base.schedule.kind == Schedule::Kind::Auto ||
-               (base.problem.group_size() > 1 && base.gqa_mode == GqaMode::Auto);
+               (base.problem.group_size() > 1 && is_auto(base.gqa_mode));
   mode_ = Mode::Classes;
 }
 
@@ -599,7 +611,9 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
   const TileShape tiles = checked_tiles(req);
 
   // A request seen before replays its resolution: one memo look-up, then the template cache as before.
-  const bool memoise = req.schedule.kind != Schedule::Kind::AutoFastest && detail::plan_memo_enabled();
+  // Not AutoNondeterministic: a memo replays the templates skipped for their wave, not those skipped for their items.
+  const bool memoise = req.schedule.kind != Schedule::Kind::AutoFastest && detail::plan_memo_enabled() &&
+                       req.gqa_mode != GqaMode::AutoNondeterministic;
   ResolutionKey memo_key{};
   if (memoise) {
     memo_key = resolution_key(req, tiles);
@@ -618,11 +632,14 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
   // template is cached.
   std::string note;
   note.reserve(160);
-  const bool automatic = req.schedule.kind != Schedule::Kind::Planner || (grouped && req.gqa_mode == GqaMode::Auto);
+  const bool automatic = req.schedule.kind != Schedule::Kind::Planner || (grouped && is_auto(req.gqa_mode));
+  const bool pack_by_items = grouped && req.gqa_mode == GqaMode::AutoNondeterministic;
+  bool pack_underfills = false;  // pack_by_items: the first packed candidate that runs leaves CTAs idle
   if (automatic) {
     note = req.schedule.kind == Schedule::Kind::AutoFastest ? "auto-fastest (simulated on this problem)"
            : req.schedule.kind == Schedule::Kind::Auto      ? "auto (offline table)"
                                                              : "GQA mode auto (offline table)";
+    if (pack_by_items) note += ", GQA packed where its work items fill the CTAs (non-deterministic only)";
     note += " on " + std::to_string(req.num_ctas) + " CTAs";
   }
   const Problem representative = geometry_representative(req.problem, tiles);  // the key's lengths, every candidate's
@@ -645,6 +662,19 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
       note += "; " + candidate_name(c, grouped) + " skipped (" + why + ")";
       record->skipped.push_back(key);
       continue;
+    }
+    if (pack_by_items && c.mode == GqaMode::PackGroup) {
+      // Packed units are faster wherever they keep every CTA busy, and slower where they leave some idle (issue 14,
+      // 2026-12-04: +13% at 32/8 heads, 8 x 2k; -1.5% at 28/4, 2 x 8k with 128 items on 132 CTAs). The first packed
+      // candidate that runs decides for all: another planner's packed items never outrank the table's split order.
+      const int64_t items = int64_t(req.problem.batch) * req.problem.heads_kv * fetched_items_per_unit(fetched);
+      if (pack_underfills || items < req.num_ctas) {
+        if (!pack_underfills)
+          note += "; pack skipped (" + std::to_string(items) + " work items for " + std::to_string(req.num_ctas) +
+                  " CTAs)";
+        pack_underfills = true;
+        continue;
+      }
     }
     if (automatic) {
       note += "; chose ";
@@ -678,7 +708,7 @@ AsyncBoundPlan plan_for_async(const PlanRequest& req) {
     out.note = std::move(bound.note);
     return out;
   }
-  out.header = bind_header(r.chosen.layout->header, req.problem, req.num_ctas);
+  out.header = bind_header(r.chosen.layout->header, req);
   out.note = bound_note(r.note, r.chosen.layout->note);
   out.layout = std::move(r.chosen.layout);
   out.tables = std::move(r.chosen.tables);

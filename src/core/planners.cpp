@@ -59,7 +59,10 @@ const std::vector<Planner>& all_planners() {
 }
 
 const char* gqa_mode_name(GqaMode mode) {
-  return mode == GqaMode::PackGroup ? "pack" : mode == GqaMode::Auto ? "auto" : "split";
+  return mode == GqaMode::PackGroup              ? "pack"
+         : mode == GqaMode::Auto                 ? "auto"
+         : mode == GqaMode::AutoNondeterministic ? "auto-nondeterministic"
+                                                 : "split";
 }
 
 // ---- Threads for large templates (also used by validate.cpp, which declares these) ----
@@ -836,7 +839,7 @@ std::optional<LimitViolation> plan_limit_violation(const Problem& problem, TileS
 
 void check_plan_limits(const Problem& problem, TileShape tiles, GqaMode mode, int32_t num_ctas) {
   // auto may always fall back to split heads, so that plan must fit; pack is one more candidate.
-  const GqaMode required = mode == GqaMode::Auto ? GqaMode::SplitHeads : mode;
+  const GqaMode required = is_auto(mode) ? GqaMode::SplitHeads : mode;
   if (const auto violation = plan_limit_violation(problem, tiles, required, num_ctas))
     throw Error(violation->field, violation->message);
 }
@@ -858,7 +861,7 @@ struct UnitDraft {
 void UnitDraftDeleter::operator()(UnitDraft* draft) const noexcept { delete draft; }
 
 UnitDraftPtr draft_unit(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode, int32_t num_ctas) {
-  if (gqa_mode == GqaMode::Auto) throw Error("gqa_mode", "auto is a request for build_plan, which resolves it");
+  if (is_auto(gqa_mode)) throw Error("gqa_mode", "auto is a request for build_plan, which resolves it");
   problem.validate();
   if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
   check_plan_limits(problem, tiles, gqa_mode, num_ctas);

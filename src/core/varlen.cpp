@@ -339,6 +339,9 @@ class TemplateTable {
 void check_plan_request(int32_t num_ctas, GqaMode gqa_mode) {
   // Checked here as well as in plan_for: a pack whose sequences are all empty never calls it.
   if (num_ctas < 1) throw Error("num_ctas", "must be >= 1, got " + std::to_string(num_ctas));
+  if (gqa_mode == GqaMode::AutoNondeterministic)
+    throw Error("gqa_mode", "DASH_GQA_AUTO_NONDETERMINISTIC is for fixed-length plans; a pack's plan takes "
+                            "DASH_GQA_AUTO (per sequence), split or pack");
   if (gqa_mode != GqaMode::SplitHeads && gqa_mode != GqaMode::PackGroup && gqa_mode != GqaMode::Auto)
     throw Error("gqa_mode", "unknown mode " + std::to_string(int32_t(gqa_mode)));
 }

@@ -405,6 +405,28 @@ TEST(CpuBackendHeadDimV, GqaBatchesAndSchedulesMatchFp64) {
     for (int32_t mode : {DASH_GQA_SPLIT_HEADS, DASH_GQA_PACK_GROUP}) expect_matches_fp64(p, seed++, schedule, mode);
 }
 
+// A plan made with DASH_GQA_AUTO_NONDETERMINISTIC picks its GQA mode by the batch: the CPU backend, which always adds
+// in the plan's order, refuses it, naming the plan.
+TEST(CpuBackendHeadDimV, RefusesAPlanForNondeterministicBackwardsOnly) {
+  const dash_problem p = shape(128, 128, 64, 64, DASH_MASK_CAUSAL, 4, 2, 2);
+  Inputs in = random_inputs(p, 11);
+  CpuRun r{Dense(p.batch, p.seqlen_q, p.heads_q, 128, NAN), Dense(p.batch, p.seqlen_q, p.heads_q, 128, NAN),
+           Dense(p.batch, p.seqlen_k, p.heads_kv, 128, NAN), Dense(p.batch, p.seqlen_k, p.heads_kv, 128, NAN),
+           std::vector<float>(size_t(p.batch * p.heads_q * p.seqlen_q), NAN)};
+  dash_fwd_args fwd{p, DASH_DTYPE_FP32, in.q.tensor(), in.k.tensor(), in.v.tensor(), r.o.tensor(), r.lse.data(), 0.f};
+  ASSERT_EQ(dash_cpu_fwd(&fwd), DASH_OK) << dash_last_error();
+  void* blob = nullptr;
+  size_t bytes = 0;
+  ASSERT_EQ(dash_plan_build_host(&p, "auto", 132, DASH_GQA_AUTO_NONDETERMINISTIC, &blob, &bytes), DASH_OK)
+      << dash_last_error();
+  dash_bwd_args bwd{p,           DASH_DTYPE_FP32, in.q.tensor(),  in.k.tensor(),  in.v.tensor(),  r.o.tensor(),
+                    in.dout.tensor(), r.lse.data(), r.dq.tensor(), r.dk.tensor(), r.dv.tensor(), 0.f, nullptr};
+  EXPECT_EQ(dash_cpu_bwd(&bwd, blob, bytes), DASH_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dash_last_error()).find("DASH_GQA_AUTO_NONDETERMINISTIC"), std::string::npos)
+      << dash_last_error();
+  dash_plan_free_host(blob);
+}
+
 TEST(CpuBackendHeadDimV, TensorsAreReadWithTheirOwnHeadDim) {
   // v, o, dout and dv padded to 256 columns (strides of the wider head dim) give the same bits as dense ones: the
   // backend reads head_dim_v columns of each row, wherever the next row starts.

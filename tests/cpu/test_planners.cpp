@@ -317,6 +317,43 @@ TEST(Planners, AutoGqaModeWithoutAGroupIsSplitAndAutoIsNeverAPlanMode) {
   }
 }
 
+// DASH_GQA_AUTO_NONDETERMINISTIC: packed units wherever the whole problem's packed work items fill the CTAs (the
+// H200 measured them +13% at 32/8 heads, 8 x 2k), else split heads (-1.5% packed at 28/4, 2 x 8k, whose 8 packed
+// units give 128 items for 132 CTAs). The choice depends on the batch, so the plan says it runs no deterministic
+// backward; DASH_GQA_AUTO stays the table's per-template choice, without the flag.
+TEST(Planners, AutoNondeterministicGqaPacksWhereThePackedItemsFillTheCtas) {
+  struct Case { int batch, seqlen, heads_q, heads_kv; dash::GqaMode expected; };
+  const std::vector<Case> cases = {{8, 2048, 32, 8, dash::GqaMode::PackGroup},
+                                   {2, 8192, 32, 8, dash::GqaMode::PackGroup},
+                                   {2, 8192, 28, 4, dash::GqaMode::SplitHeads},
+                                   {1, 2048, 32, 8, dash::GqaMode::SplitHeads}};
+  for (const Case& c : cases) {
+    const auto p = make_problem(c.seqlen, c.seqlen, dash::Mask::Causal, c.heads_q, c.heads_kv, c.batch);
+    const dash::Plan plan =
+        dash::build_plan({p, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::AutoNondeterministic, nullptr});
+    const std::string label = std::to_string(c.batch) + " x " + std::to_string(c.seqlen) + ", " +
+                              std::to_string(c.heads_q) + "/" + std::to_string(c.heads_kv) + ": " + plan.note;
+    EXPECT_EQ(plan.gqa_mode(), c.expected) << label;
+    EXPECT_TRUE(plan.header.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) << label;
+    // The rule, recomputed from the plan that packing would give: its items against the CTAs.
+    const dash::Plan packed =
+        dash::build_plan({p, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::PackGroup, nullptr});
+    const int64_t packed_items = int64_t(c.batch) * c.heads_kv * packed.header.items_per_unit;
+    EXPECT_EQ(packed_items >= 132, c.expected == dash::GqaMode::PackGroup) << label << "; " << packed_items;
+    // The same problem under DASH_GQA_AUTO: the table's mode, and no flag.
+    const dash::Plan table =
+        dash::build_plan({p, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::Auto, nullptr});
+    EXPECT_FALSE(table.header.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) << label;
+    EXPECT_TRUE(dash::validate_plan(plan, 132).ok) << label;
+  }
+  // Without a group there is one mode, and the plan keeps no flag (its bits do not depend on the batch).
+  const auto mha = make_problem(2048, 2048, dash::Mask::Causal, 8, 8, 4);
+  const dash::Plan plan =
+      dash::build_plan({mha, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::AutoNondeterministic, nullptr});
+  EXPECT_EQ(plan.gqa_mode(), dash::GqaMode::SplitHeads);
+  EXPECT_FALSE(plan.header.flags & DASH_PLAN_NONDETERMINISTIC_ONLY);
+}
+
 // ---- flags and serialisation ----
 
 TEST(Planners, BlobRoundTripsAndRejectsCorruption) {

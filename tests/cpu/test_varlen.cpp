@@ -395,6 +395,11 @@ TEST(VarlenPlan, ErrorsNameTheArgument) {
   EXPECT_EQ(error_argument([&] { dash::plan_for_pack(pack, auto_schedule, 0, dash::GqaMode::Auto); }), "num_ctas");
   EXPECT_EQ(error_argument([&] { dash::plan_for_pack(pack, auto_schedule, 132, static_cast<dash::GqaMode>(9)); }),
             "gqa_mode");
+  // A pack's plan chooses per sequence (DASH_GQA_AUTO); the batch-dependent request is for fixed-length plans.
+  EXPECT_EQ(error_argument([&] {
+              dash::plan_for_pack(pack, auto_schedule, 132, dash::GqaMode::AutoNondeterministic);
+            }),
+            "gqa_mode");
   // A sequence past the plan format's 65535 Q tiles (64-row tiles at head dim 128) names its lengths' argument.
   const dash::Pack too_long = make_pack(pack_shape(Mask::Causal), {{4, 64 * 65536}, {4, 8}});
   std::string message;

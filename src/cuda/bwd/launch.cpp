@@ -98,6 +98,11 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
     return fail(DASH_ERROR_INVALID_ARGUMENT, "deterministic: must be 0 or 1 (got " + std::to_string(deterministic) + ")");
   }
   const dash_plan_header& h = plan->header;
+  if (deterministic && (h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY)) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT,
+                "plan: made with DASH_GQA_AUTO_NONDETERMINISTIC, whose GQA mode depends on the batch; a deterministic "
+                "backward needs a plan made with DASH_GQA_AUTO (or a fixed mode) to keep its bits batch-invariant");
+  }
   const BwdWorkspaceLayout w = bwd_workspace_layout(workspace_problem(a.problem, *plan), h);
   if (workspace == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "workspace: null pointer");
   if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
