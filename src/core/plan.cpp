@@ -413,7 +413,7 @@ dash_plan_header bind_header(const dash_plan_header& template_header, const Plan
   h.problem = req.problem.to_c();
   h.num_units = req.problem.batch * (h.gqa_mode == DASH_GQA_PACK_GROUP ? req.problem.heads_kv : req.problem.heads_q);
   h.num_ctas = req.num_ctas;
-  // The GQA mode chose by the batch: a sequence's bits would depend on it (dash_bwd refuses a deterministic run).
+  // The GQA mode chosen by the batch: a sequence's bits would depend on it (dash_bwd refuses a deterministic run).
   if (req.problem.group_size() > 1 && req.gqa_mode == GqaMode::AutoNondeterministic)
     h.flags |= DASH_PLAN_NONDETERMINISTIC_ONLY;
   return h;
