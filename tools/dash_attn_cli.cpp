@@ -234,9 +234,11 @@ int cmd_simulate(Args& args) {
                 fixed(ascending / c.sim.makespan, 3).c_str(), c.plan->header.min_coresident_ctas, computes, reduces,
                 waits, c.plan->note.empty() ? "" : "; ", c.plan->note.c_str());
   }
-  std::cout << "\nauto picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::Auto)
-            << " (offline table: the same for any batch, heads or CTA count); auto-fastest picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::AutoFastest)
-            << "\n";
+  const char* why = s.gqa == dash::GqaMode::AutoNondeterministic && s.problem.group_size() > 1
+                        ? " (offline table; the GQA mode from the whole problem, batch included)"
+                        : " (offline table: the same for any batch, heads or CTA count)";
+  std::cout << "\nauto picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::Auto) << why
+            << "; auto-fastest picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::AutoFastest) << "\n";
   if (svg) {
     const Candidate* drawn = best;
     if (svg_schedule) {
