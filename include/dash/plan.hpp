@@ -45,6 +45,10 @@ enum class GqaMode : int32_t {
   AutoNondeterministic = DASH_GQA_AUTO_NONDETERMINISTIC
 };
 constexpr bool is_auto(GqaMode mode) { return mode == GqaMode::Auto || mode == GqaMode::AutoNondeterministic; }
+// Whether a C ABI caller's gqa_mode is one of the four requests (dash_gqa_mode).
+constexpr bool is_gqa_request(int32_t mode) {
+  return mode >= DASH_GQA_SPLIT_HEADS && mode <= DASH_GQA_AUTO_NONDETERMINISTIC;
+}
 const char* gqa_mode_name(GqaMode mode);
 
 // A schedule as users name it: one planner, or a rule that picks one.

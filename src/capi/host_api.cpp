@@ -280,10 +280,7 @@ dash_status dash_plan_build_host(const dash_problem* problem, const char* schedu
     if (schedule == nullptr) throw dash::Error("schedule", "is NULL");
     if (blob == nullptr || bytes == nullptr) throw dash::Error("blob", "output pointers are NULL");
     if (num_ctas < 1) throw dash::Error("num_ctas", "must be >= 1 for a host plan (0 means 'the device's SMs' only in dash_plan_create)");
-    if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP && gqa_mode != DASH_GQA_AUTO &&
-        gqa_mode != DASH_GQA_AUTO_NONDETERMINISTIC) {
-      throw dash::Error("gqa_mode", "unknown mode " + std::to_string(gqa_mode));
-    }
+    if (!dash::is_gqa_request(gqa_mode)) throw dash::Error("gqa_mode", "unknown mode " + std::to_string(gqa_mode));
     dash::PlanRequest req{dash::Problem::from_c(*problem), dash::Schedule::parse(schedule), num_ctas, {},
                           static_cast<dash::GqaMode>(gqa_mode), nullptr};
     const std::vector<uint8_t> out = dash::build_plan(req).to_blob();
@@ -408,8 +405,8 @@ dash_status dash_cpu_bwd_varlen(const dash_bwd_args* args, dash_pack_t pack, con
     if (schedule == nullptr) throw dash::Error("schedule", "is NULL");
     if (num_ctas < 1)
       throw dash::Error("num_ctas", "must be >= 1 for the CPU backend (0 means 'the device's SMs' only on a GPU)");
-    if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP && gqa_mode != DASH_GQA_AUTO)
-      throw dash::Error("gqa_mode", "unknown mode " + std::to_string(gqa_mode));
+    // plan_for_pack refuses DASH_GQA_AUTO_NONDETERMINISTIC, naming gqa_mode.
+    if (!dash::is_gqa_request(gqa_mode)) throw dash::Error("gqa_mode", "unknown mode " + std::to_string(gqa_mode));
     require_fp32(args->dtype);
     if (args->lse == nullptr) throw dash::Error("lse", "is NULL");
     if (args->debug_order_log != nullptr) throw dash::Error("debug_order_log", "is GPU-only; pass NULL");

@@ -342,8 +342,7 @@ void check_plan_request(int32_t num_ctas, GqaMode gqa_mode) {
   if (gqa_mode == GqaMode::AutoNondeterministic)
     throw Error("gqa_mode", "DASH_GQA_AUTO_NONDETERMINISTIC is for fixed-length plans; a pack's plan takes "
                             "DASH_GQA_AUTO (per sequence), split or pack");
-  if (gqa_mode != GqaMode::SplitHeads && gqa_mode != GqaMode::PackGroup && gqa_mode != GqaMode::Auto)
-    throw Error("gqa_mode", "unknown mode " + std::to_string(int32_t(gqa_mode)));
+  if (!is_gqa_request(int32_t(gqa_mode))) throw Error("gqa_mode", "unknown mode " + std::to_string(int32_t(gqa_mode)));
 }
 
 void check_tile_limit(int64_t tiles, int32_t heads, const char* argument, const char* what) {

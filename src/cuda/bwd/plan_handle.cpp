@@ -638,8 +638,7 @@ dash_status check_plan_request(const char* schedule, int32_t num_ctas, int32_t g
   if (num_ctas < 0) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "num_ctas: must be >= 0 (0 = SM count), got " + std::to_string(num_ctas));
   }
-  if (gqa_mode != DASH_GQA_SPLIT_HEADS && gqa_mode != DASH_GQA_PACK_GROUP && gqa_mode != DASH_GQA_AUTO &&
-      gqa_mode != DASH_GQA_AUTO_NONDETERMINISTIC) {
+  if (!dash::is_gqa_request(gqa_mode)) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "gqa_mode: unknown value " + std::to_string(gqa_mode));
   }
   return DASH_OK;
