@@ -477,11 +477,20 @@ struct ResolutionKeyHash {
   }
 };
 
-// What a full resolution did: the templates it fetched and skipped for their wave (in order), the one it chose, and
-// its note up to the choice. Replaying it fetches the same templates in the same order from the template cache
-// (which counts, builds and orders them as the full resolution would), so only the candidate search is saved.
+// Why a resolution passed over a template it fetched: its wave exceeds P, or (DASH_GQA_AUTO_NONDETERMINISTIC) it
+// is a packed template whose work items leave CTAs idle, or a packed one after such a template.
+enum class SkipReason : uint8_t { Wave, Items };
+
+struct Skipped {
+  TemplateKey key;
+  SkipReason reason;
+};
+
+// What a full resolution did: the templates it fetched and skipped (in order, with why), the one it chose, and its
+// note up to the choice. Replaying it fetches the same templates in the same order from the template cache (which
+// counts, builds and orders them as the full resolution would), so only the candidate search is saved.
 struct Resolution {
-  std::vector<TemplateKey> skipped;
+  std::vector<Skipped> skipped;
   TemplateKey chosen;
   std::string note;
 };
@@ -502,11 +511,25 @@ struct Resolved {
   std::string note;
 };
 
-// The outcome a memoised resolution gives; nullopt if a template's wave no longer agrees with it (templates are
-// deterministic, so this does not happen; resolving afresh would then be right).
+// The work items of a problem's packed units on one template: resolve packs only where they fill the CTAs.
+int64_t packed_items(const PlanRequest& req, const Fetched& packed) {
+  return int64_t(req.problem.batch) * req.problem.heads_kv * fetched_items_per_unit(packed);
+}
+
+// The outcome a memoised resolution gives; nullopt if a template no longer agrees with why it was skipped or taken
+// (templates are deterministic and the memo key holds batch, heads and P, so this does not happen; resolving afresh
+// would then be right).
 std::optional<Resolved> replay(const Resolution& r, const PlanRequest& req, bool allow_filling) {
-  for (const TemplateKey& key : r.skipped)
-    if (fetched_wave(fetch_template(key, allow_filling, req.num_ctas)) <= req.num_ctas) return std::nullopt;
+  bool underfilled = false;  // as resolve's pack_underfills
+  for (const Skipped& s : r.skipped) {
+    const Fetched f = fetch_template(s.key, allow_filling, req.num_ctas);
+    if (s.reason == SkipReason::Wave) {
+      if (fetched_wave(f) <= req.num_ctas) return std::nullopt;
+    } else {
+      if (fetched_wave(f) > req.num_ctas || (!underfilled && packed_items(req, f) >= req.num_ctas)) return std::nullopt;
+      underfilled = true;
+    }
+  }
   Fetched chosen = fetch_template(r.chosen, allow_filling, req.num_ctas);
   if (fetched_wave(chosen) > req.num_ctas) return std::nullopt;
   return Resolved{std::move(chosen), r.note};
@@ -611,9 +634,7 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
   const TileShape tiles = checked_tiles(req);
 
   // A request seen before replays its resolution: one memo look-up, then the template cache as before.
-  // Not AutoNondeterministic: a memo replays the templates skipped for their wave, not those skipped for their items.
-  const bool memoise = req.schedule.kind != Schedule::Kind::AutoFastest && detail::plan_memo_enabled() &&
-                       req.gqa_mode != GqaMode::AutoNondeterministic;
+  const bool memoise = req.schedule.kind != Schedule::Kind::AutoFastest && detail::plan_memo_enabled();
   ResolutionKey memo_key{};
   if (memoise) {
     memo_key = resolution_key(req, tiles);
@@ -660,19 +681,20 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
         throw Error("schedule", std::string(planner_name(c.planner)) + " cannot run this problem on " +
                                     std::to_string(req.num_ctas) + " CTAs: " + why);
       note += "; " + candidate_name(c, grouped) + " skipped (" + why + ")";
-      record->skipped.push_back(key);
+      record->skipped.push_back({key, SkipReason::Wave});
       continue;
     }
     if (pack_by_items && c.mode == GqaMode::PackGroup) {
       // Packed units are faster wherever they keep every CTA busy, and slower where they leave some idle (issue 14,
       // 2026-12-04: +13% at 32/8 heads, 8 x 2k; -1.5% at 28/4, 2 x 8k with 128 items on 132 CTAs). The first packed
       // candidate that runs decides for all: another planner's packed items never outrank the table's split order.
-      const int64_t items = int64_t(req.problem.batch) * req.problem.heads_kv * fetched_items_per_unit(fetched);
+      const int64_t items = packed_items(req, fetched);
       if (pack_underfills || items < req.num_ctas) {
         if (!pack_underfills)
           note += "; pack skipped (" + std::to_string(items) + " work items for " + std::to_string(req.num_ctas) +
                   " CTAs)";
         pack_underfills = true;
+        record->skipped.push_back({key, SkipReason::Items});
         continue;
       }
     }

@@ -159,11 +159,19 @@ struct Variant {
 TEST(PlanForMemo, MatchesTheUnmemoisedResolution) {
   dash::clear_template_cache();
   // auto on few CTAs skips the candidates whose wave exceeds P (the replay must fetch them too); a named planner
-  // on too few CTAs throws (never memoised).
-  const std::vector<Variant> variants = {{"auto", GqaMode::Auto, 132},      {"auto", GqaMode::Auto, 2},
-                                         {"auto", GqaMode::SplitHeads, 132}, {"auto", GqaMode::PackGroup, 1},
-                                         {"descending", GqaMode::Auto, 132}, {"symmetric-shift", GqaMode::Auto, 2},
-                                         {"shift", GqaMode::PackGroup, 132}};
+  // on too few CTAs throws (never memoised). AutoNondeterministic skips packed templates whose items leave CTAs idle
+  // (on 132 CTAs, these problems' 2 x 1 packed units always do; on 4-16, the short ones do), and those too are
+  // fetched again by the replay.
+  const std::vector<Variant> variants = {{"auto", GqaMode::Auto, 132},
+                                         {"auto", GqaMode::Auto, 2},
+                                         {"auto", GqaMode::SplitHeads, 132},
+                                         {"auto", GqaMode::PackGroup, 1},
+                                         {"descending", GqaMode::Auto, 132},
+                                         {"symmetric-shift", GqaMode::Auto, 2},
+                                         {"shift", GqaMode::PackGroup, 132},
+                                         {"auto", GqaMode::AutoNondeterministic, 132},
+                                         {"auto", GqaMode::AutoNondeterministic, 4},
+                                         {"symmetric-shift", GqaMode::AutoNondeterministic, 16}};
   int64_t compared = 0, errors = 0;
   const int64_t hits_before = dash::detail::plan_memo_stats().resolution_hits;
   int64_t expected_hits = 0;
@@ -202,6 +210,41 @@ TEST(PlanForMemo, MatchesTheUnmemoisedResolution) {
   EXPECT_GT(compared, 20000);
   EXPECT_GT(errors, 0) << "no request threw: the error path went untested";
   EXPECT_EQ(dash::detail::plan_memo_stats().resolution_hits - hits_before, expected_hits);
+}
+
+// The non-deterministic GQA request packs or splits by the whole problem (batch x KV heads x the packed template's
+// items against P): its memo entry replays either choice, item skips included, as resolving afresh does.
+TEST(PlanForMemo, ReplaysTheNondeterministicGqaChoiceBothWays) {
+  dash::clear_template_cache();
+  struct Case {
+    dash::Problem problem;
+    GqaMode expected;
+  };
+  // 32 / 8 heads at 8 x 1k: 64 packed units fill 132 CTAs (the GPU test's problem); 28 / 4 at 2 x 8k: 8 packed units
+  // of 16 items leave 4 CTAs idle, so heads are split (issue 14's measurement, 2026-12-04).
+  const std::vector<Case> cases = {{make_problem(1024, 1024, Mask::Causal, 32, 8, 8), GqaMode::PackGroup},
+                                   {make_problem(8192, 8192, Mask::Causal, 28, 4, 2), GqaMode::SplitHeads}};
+  for (const Case& c : cases) {
+    const dash::PlanRequest req{c.problem, dash::Schedule::parse("auto"), 132, {}, GqaMode::AutoNondeterministic,
+                                nullptr};
+    Outcome fresh;
+    {
+      MemoSwitch off(false);
+      fresh = outcome_of(req);
+    }
+    const dash::detail::PlanMemoStats before = dash::detail::plan_memo_stats();
+    const Outcome first = outcome_of(req), second = outcome_of(req);
+    const dash::detail::PlanMemoStats after = dash::detail::plan_memo_stats();
+    ASSERT_TRUE(fresh.error.empty()) << fresh.error;
+    EXPECT_EQ(dash::GqaMode(fresh.plan.header.gqa_mode), c.expected) << c.problem.describe();
+    EXPECT_NE(fresh.plan.header.flags & DASH_PLAN_NONDETERMINISTIC_ONLY, 0u) << c.problem.describe();
+    expect_same(fresh, first, c.problem.describe() + " (first)");
+    expect_same(fresh, second, c.problem.describe() + " (repeat)");
+    EXPECT_EQ(after.resolution_misses - before.resolution_misses, 1) << c.problem.describe();
+    EXPECT_EQ(after.resolution_hits - before.resolution_hits, 1) << c.problem.describe();
+    if (c.expected == GqaMode::SplitHeads)
+      EXPECT_NE(fresh.plan.note.find("pack skipped"), std::string::npos) << fresh.plan.note;
+  }
 }
 
 TEST(PlanForMemo, AutoFastestIsNotMemoised) {
