@@ -220,8 +220,8 @@ TEST(PlanForMemo, ReplaysTheNondeterministicGqaChoiceBothWays) {
     dash::Problem problem;
     GqaMode expected;
   };
-  // 32 / 8 heads at 8 x 1k: 64 packed units fill 132 CTAs (the GPU test's problem); 28 / 4 at 2 x 8k: 8 packed units
-  // of 16 items leave 4 CTAs idle, so heads are split (issue 14's measurement, 2026-12-04).
+  // 32 / 8 heads at 8 x 1k: 64 packed units of 4 items fill 132 CTAs (the GPU test's problem); 28 / 4 at 2 x 8k: 8
+  // packed units of 16 items leave 4 CTAs idle, so heads are split (issue 14's measurement, 2026-12-04).
   const std::vector<Case> cases = {{make_problem(1024, 1024, Mask::Causal, 32, 8, 8), GqaMode::PackGroup},
                                    {make_problem(8192, 8192, Mask::Causal, 28, 4, 2), GqaMode::SplitHeads}};
   for (const Case& c : cases) {
