@@ -335,6 +335,11 @@ std::string candidate_name(Candidate c, bool with_mode) {
   return name;
 }
 
+// DASH_GQA_AUTO_NONDETERMINISTIC on a grouped problem: the GQA mode follows the whole problem (batch included).
+bool gqa_mode_by_problem(const PlanRequest& req) {
+  return req.problem.group_size() > 1 && req.gqa_mode == GqaMode::AutoNondeterministic;
+}
+
 // The candidates a request allows, best first. Named planner: that planner, in the GQA mode requested (for Auto,
 // the table's preference between split and pack for it). auto: the table's list, filtered by the GQA mode.
 // auto-fastest: every allowed pair, ordered by the simulated makespan of the real problem.
@@ -392,7 +397,7 @@ std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape ti
   // its work items fill the CTAs.
   const bool fixed_mode = !grouped || !is_auto(req.gqa_mode);
   const GqaMode fixed = grouped ? req.gqa_mode : GqaMode::SplitHeads;
-  const bool pack_first = grouped && req.gqa_mode == GqaMode::AutoNondeterministic;
+  const bool pack_first = gqa_mode_by_problem(req);
   for (int pass = 0; pass < (pack_first ? 2 : 1); ++pass) {
     for (Candidate c : auto_candidates(p, tiles)) {
       if (fixed_mode) c.mode = fixed;
@@ -414,8 +419,7 @@ dash_plan_header bind_header(const dash_plan_header& template_header, const Plan
   h.num_units = req.problem.batch * (h.gqa_mode == DASH_GQA_PACK_GROUP ? req.problem.heads_kv : req.problem.heads_q);
   h.num_ctas = req.num_ctas;
   // The GQA mode chosen by the batch: a sequence's bits would depend on it (dash_bwd refuses a deterministic run).
-  if (req.problem.group_size() > 1 && req.gqa_mode == GqaMode::AutoNondeterministic)
-    h.flags |= DASH_PLAN_NONDETERMINISTIC_ONLY;
+  if (gqa_mode_by_problem(req)) h.flags |= DASH_PLAN_NONDETERMINISTIC_ONLY;
   return h;
 }
 
@@ -511,24 +515,13 @@ struct Resolved {
   std::string note;
 };
 
-// The work items of a problem's packed units on one template: resolve packs only where they fill the CTAs.
-int64_t packed_items(const PlanRequest& req, const Fetched& packed) {
-  return int64_t(req.problem.batch) * req.problem.heads_kv * fetched_items_per_unit(packed);
-}
-
-// The outcome a memoised resolution gives; nullopt if a template no longer agrees with why it was skipped or taken
-// (templates are deterministic and the memo key holds batch, heads and P, so this does not happen; resolving afresh
-// would then be right).
+// The outcome a memoised resolution gives; nullopt if a template's wave no longer agrees with it (templates are
+// deterministic, so this does not happen; resolving afresh would then be right). Templates skipped for their items
+// are fetched again only: their items follow from the template and the memo key (batch, heads, P).
 std::optional<Resolved> replay(const Resolution& r, const PlanRequest& req, bool allow_filling) {
-  bool underfilled = false;  // as resolve's pack_underfills
   for (const Skipped& s : r.skipped) {
     const Fetched f = fetch_template(s.key, allow_filling, req.num_ctas);
-    if (s.reason == SkipReason::Wave) {
-      if (fetched_wave(f) <= req.num_ctas) return std::nullopt;
-    } else {
-      if (fetched_wave(f) > req.num_ctas || (!underfilled && packed_items(req, f) >= req.num_ctas)) return std::nullopt;
-      underfilled = true;
-    }
+    if (s.reason == SkipReason::Wave && fetched_wave(f) <= req.num_ctas) return std::nullopt;
   }
   Fetched chosen = fetch_template(r.chosen, allow_filling, req.num_ctas);
   if (fetched_wave(chosen) > req.num_ctas) return std::nullopt;
@@ -654,7 +647,7 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
   std::string note;
   note.reserve(160);
   const bool automatic = req.schedule.kind != Schedule::Kind::Planner || (grouped && is_auto(req.gqa_mode));
-  const bool pack_by_items = grouped && req.gqa_mode == GqaMode::AutoNondeterministic;
+  const bool pack_by_items = gqa_mode_by_problem(req);
   bool pack_underfills = false;  // pack_by_items: the first packed candidate that runs leaves CTAs idle
   if (automatic) {
     note = req.schedule.kind == Schedule::Kind::AutoFastest ? "auto-fastest (simulated on this problem)"
@@ -688,7 +681,7 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
       // Packed units are faster wherever they keep every CTA busy, and slower where they leave some idle (issue 14,
       // 2026-12-04: +13% at 32/8 heads, 8 x 2k; -1.5% at 28/4, 2 x 8k with 128 items on 132 CTAs). The first packed
       // candidate that runs decides for all: another planner's packed items never outrank the table's split order.
-      const int64_t items = packed_items(req, fetched);
+      const int64_t items = int64_t(req.problem.batch) * req.problem.heads_kv * fetched_items_per_unit(fetched);
       if (pack_underfills || items < req.num_ctas) {
         if (!pack_underfills)
           note += "; pack skipped (" + std::to_string(items) + " work items for " + std::to_string(req.num_ctas) +
