@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
                     dash_last_error());
         continue;
       }
-      const size_t ws_bytes = dash_bwd_workspace_size(&a, plan);
+      const size_t ws_bytes = dash_bwd_workspace_size(&a, plan, det);
       void* ws = nullptr;
       CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
       bool ok = true;

@@ -42,18 +42,17 @@ def main():
             lambda: _torch_ops._bwd_cuda(do, q, k, v, o, lse, causal, scale, det, "auto"))
         # The C ABI alone: arguments built once, the outputs and workspace reused (not a valid training step, only
         # the enqueue cost of dash_bwd).
-        shape = next(shape for key, shape in _torch_ops._bwd_shapes.items() if key[:5] == (q.shape, k.shape, q.dtype,
-                                                                                             causal, "auto"))
+        shape = _torch_ops._bwd_shapes[_torch_ops._bwd_key(q, k, v, causal, det, "auto", 0, -1, -1)]
         plan = shape.plan
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         bargs = _abi.pack_bwd_args(shape.problem, shape.dtype, q, k, v, o, do, lse.data_ptr(), dq, dk, dv, scale)
-        nbytes = _abi.LIB.dash_bwd_workspace_size(ctypes.byref(bargs), plan.handle)
+        nbytes = _abi.LIB.dash_bwd_workspace_size(ctypes.byref(bargs), plan.handle, int(det))
         ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
         stream = torch.cuda.current_stream().cuda_stream
         rows[f"dash_bwd (C ABI) alone {tag}"] = host_us(
             lambda: _abi.LIB.dash_bwd(ctypes.byref(bargs), plan.handle, int(det), ws.data_ptr(), nbytes, stream))
         rows[f"dash_bwd_workspace_size (validation) {tag}"] = host_us(
-            lambda: _abi.LIB.dash_bwd_workspace_size(ctypes.byref(bargs), plan.handle))
+            lambda: _abi.LIB.dash_bwd_workspace_size(ctypes.byref(bargs), plan.handle, int(det)))
     if args.fa3:
         torch.ops.load_library(args.fa3)
         fa3 = torch.ops.flash_attn_3

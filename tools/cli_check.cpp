@@ -191,7 +191,7 @@ std::vector<RunHashes> check_on_gpu(const Problem& p, const std::string& schedul
   dash_bwd_args bwd{cp, dtype, fwd.q, fwd.k, fwd.v, fwd.o, dense(d_o->get(), p, false, true),
                     static_cast<const float*>(lse.get()), dense(dq.get(), p, false), dense(dk.get(), p, true),
                     dense(dv.get(), p, true, true), 0.f, nullptr};
-  const size_t workspace_bytes = dash_bwd_workspace_size(&bwd, plan);
+  const size_t workspace_bytes = dash_bwd_workspace_size(&bwd, plan, deterministic ? 1 : 0);
   if (workspace_bytes == 0) require(DASH_ERROR_INVALID_ARGUMENT, "dash_bwd_workspace_size");
   DeviceBuffer workspace(workspace_bytes);
 

@@ -105,7 +105,7 @@ dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspac
  *
  *   dash_plan_t plan;
  *   dash_plan_create(&args.problem, "auto", 0, DASH_GQA_AUTO, &plan);
- *   size_t bytes = dash_bwd_workspace_size(&args, plan);        // caller allocates `bytes` of device memory
+ *   size_t bytes = dash_bwd_workspace_size(&args, plan, 1);     // caller allocates `bytes` of device memory
  *   dash_bwd(&args, plan, 1, workspace, bytes, stream);          // deterministic: same bits on every run
  *   dash_plan_destroy(plan);
  *
@@ -184,13 +184,14 @@ typedef struct dash_bwd_args {
   int64_t* debug_order_log;
 } dash_bwd_args;
 
-/* Bytes of device workspace dash_bwd needs (fp32 dQ accumulators, delta, LSE, counters; dK/dV accumulators
- * for split-head GQA). 0 on invalid arguments (dash_last_error says why). */
-size_t dash_bwd_workspace_size(const dash_bwd_args* args, dash_plan_t plan);
+/* Bytes of device workspace dash_bwd needs in the mode `deterministic` (as dash_bwd's): fp32 dQ accumulators, delta,
+ * LSE, a ticket counter; dK/dV accumulators for split-head GQA; the turn counters in deterministic mode only (a
+ * deterministic call refuses the smaller non-deterministic size). 0 on invalid arguments (dash_last_error says why). */
+size_t dash_bwd_workspace_size(const dash_bwd_args* args, dash_plan_t plan, int32_t deterministic);
 
 /* Validates every argument (naming the offending one), then launches the backward on `cuda_stream`.
  * deterministic: 1 = ordered adds (bitwise reproducible), 0 = unordered atomic adds. `workspace` must be
- * 256-byte aligned device memory of at least dash_bwd_workspace_size() bytes. Always a plain launch of the plan's
+ * 256-byte aligned device memory of at least dash_bwd_workspace_size(args, plan, deterministic) bytes. Always a plain launch of the plan's
  * num_ctas CTAs (docs/DEADLOCK.md): kernels of other streams that hold SMs delay the CTAs they displace. The
  * non-deterministic mode has no wait between CTAs; a deterministic plan progresses while its wave of CTAs runs, and
  * otherwise resumes when the other kernels release their SMs. The bits never depend on how many CTAs ran. */
@@ -220,7 +221,7 @@ dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t determ
  *   dash_pack_problem(pack, &args.problem);               // seqlen_q / seqlen_k = the longest sequences
  *   dash_fwd_varlen(&args, pack, fwd_workspace, 16, stream);
  *   dash_plan_create_varlen(pack, "auto", 0, DASH_GQA_AUTO, &plan);
- *   dash_bwd(&bwd_args, plan, 1, workspace, dash_bwd_workspace_size(&bwd_args, plan), stream);
+ *   dash_bwd(&bwd_args, plan, 1, workspace, dash_bwd_workspace_size(&bwd_args, plan, 1), stream);
  */
 typedef struct dash_pack_s* dash_pack_t;
 

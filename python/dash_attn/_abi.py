@@ -170,7 +170,7 @@ def _declare(lib):
         "dash_plan_note": (ctypes.c_char_p, [vp]),
         "dash_usable_sms": (c_int, [ctypes.POINTER(ctypes.c_int32)]),
         "dash_plan_blob": (c_int, [vp, ctypes.POINTER(vp), ctypes.POINTER(c_size)]),
-        "dash_bwd_workspace_size": (c_size, [ctypes.POINTER(BwdArgs), vp]),
+        "dash_bwd_workspace_size": (c_size, [ctypes.POINTER(BwdArgs), vp, ctypes.c_int32]),
         "dash_bwd": (c_int, [ctypes.POINTER(BwdArgs), vp, ctypes.c_int32, vp, c_size, vp]),
     }
     for name, (restype, argtypes) in sigs.items():
@@ -368,7 +368,7 @@ class DevicePlan:
         create = LIB.dash_plan_create_async if asynchronous else LIB.dash_plan_create
         check(create(ctypes.byref(problem), schedule.encode(), num_ctas, gqa_mode, ctypes.byref(handle)))
         self.handle = handle
-        self.workspace_bytes = None  # dash_bwd_workspace_size, filled in by the first backward with this plan
+        self.workspace_bytes = [None, None]  # dash_bwd_workspace_size per mode, filled in by the first backwards
 
     def wait(self):
         """Waits until the plan's tables are validated and on the device (dash_plan_wait)."""
@@ -450,5 +450,5 @@ def varlen_device_plan(pack: Pack, schedule: str, num_ctas: int, gqa_mode: int) 
     handle = ctypes.c_void_p()
     check(LIB.dash_plan_create_varlen(pack.handle, schedule.encode(), num_ctas, gqa_mode, ctypes.byref(handle)))
     plan = DevicePlan.__new__(DevicePlan)
-    plan.handle, plan.workspace_bytes, plan.pack = handle, None, pack
+    plan.handle, plan.workspace_bytes, plan.pack = handle, [None, None], pack
     return plan

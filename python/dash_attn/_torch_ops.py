@@ -223,7 +223,7 @@ class _BwdShape:
                 raise RuntimeError("dash_attn: no plan for this shape yet, and plans cannot be built during CUDA-graph "
                                    "capture (they copy to the device); run the step once eagerly before capturing")
             self._plan, self._pending = build(), None
-        self.workspace_bytes = None  # asked with the first call's arguments (dash_bwd_workspace_size)
+        self.workspace_bytes = [None, None]  # per mode (deterministic 0 / 1): asked with the first call's arguments
 
     @property
     def plan(self):
@@ -317,21 +317,22 @@ def _bwd_cuda(dout, q, k, v, o, lse, causal, softmax_scale, deterministic, sched
 
 def _launch_bwd(args, plan, cache, deterministic, device):
     """dash_bwd on the current stream with a workspace from PyTorch's allocator. The workspace size depends on the
-    problem and the plan only: asked once per cached plan (`cache.workspace_bytes`; the query validates every tensor,
-    as dash_bwd does again)."""
-    nbytes = cache.workspace_bytes
+    problem, the plan and the mode only (a deterministic backward adds the turn counters): asked once per cached plan
+    and mode (`cache.workspace_bytes[deterministic]`; the query validates every tensor, as dash_bwd does again)."""
+    mode = int(deterministic)
+    nbytes = cache.workspace_bytes[mode]
     if nbytes is None:
-        nbytes = LIB.dash_bwd_workspace_size(ctypes.byref(args), plan)
+        nbytes = LIB.dash_bwd_workspace_size(ctypes.byref(args), plan, mode)
         if nbytes == 0:
             check(1)
-        cache.workspace_bytes = nbytes
+        cache.workspace_bytes[mode] = nbytes
     # The kernels want a 256-byte aligned workspace; PyTorch's CUDA allocator returns 512-byte aligned blocks, so
     # the slack is only asked for when that does not hold.
     workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
     if workspace.data_ptr() % 256 != 0:
         workspace = torch.empty(nbytes + 256, dtype=torch.uint8, device=device)
     aligned = (workspace.data_ptr() + 255) // 256 * 256
-    check(_on_device(device, lambda stream: LIB.dash_bwd(ctypes.byref(args), plan, int(deterministic), aligned,
+    check(_on_device(device, lambda stream: LIB.dash_bwd(ctypes.byref(args), plan, mode, aligned,
                                                          nbytes, stream)))
 
 

@@ -32,7 +32,7 @@ void dash_plan_destroy(dash_plan_t) {}
 dash_status dash_plan_blob(dash_plan_t, const void**, size_t*) { return no_kernels("dash_plan_blob"); }
 const char* dash_plan_note(dash_plan_t) { return nullptr; }
 dash_status dash_usable_sms(int32_t*) { return no_kernels("dash_usable_sms"); }
-size_t dash_bwd_workspace_size(const dash_bwd_args*, dash_plan_t) {
+size_t dash_bwd_workspace_size(const dash_bwd_args*, dash_plan_t, int32_t) {
   no_kernels("dash_bwd_workspace_size");
   return 0;
 }

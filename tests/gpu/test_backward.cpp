@@ -5,6 +5,7 @@
 // dQ accumulation order the kernel actually executed (the debug order log) equals the plan's; a single-CTA plan;
 // non-deterministic mode within tolerance; argument checks.
 // GPU tests skip, saying so, where no CUDA device is present.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -210,7 +211,11 @@ struct BwdRun {
         return std::string("dash_plan_create_async: ") + dash_last_error();
       }
     }
-    workspace_bytes = dash_bwd_workspace_size(&args, plan);
+    // The larger of the two modes' sizes (a DASH_GQA_AUTO_NONDETERMINISTIC plan refuses deterministic mode);
+    // run() uses the end of it.
+    for (int deterministic : {1, 0}) {
+      workspace_bytes = std::max(workspace_bytes, dash_bwd_workspace_size(&args, plan, deterministic));
+    }
     if (workspace_bytes == 0) return std::string("dash_bwd_workspace_size: ") + dash_last_error();
     if (cudaMalloc(&workspace, workspace_bytes) != cudaSuccess) return "cudaMalloc(workspace)";
     // Poison the workspace: deterministic mode must not depend on its contents.
@@ -221,12 +226,20 @@ struct BwdRun {
     return "";
   }
 
+  // The mode's workspace size, and its start: the last that many bytes of the allocation, so that an access past
+  // the mode's layout leaves the allocation (compute-sanitizer memcheck reports it). Sizes are multiples of 256.
+  size_t mode_workspace_bytes(int deterministic) const { return dash_bwd_workspace_size(&args, plan, deterministic); }
+  void* mode_workspace(int deterministic) const {
+    return static_cast<char*>(workspace) + (workspace_bytes - mode_workspace_bytes(deterministic));
+  }
+
   // One backward; outputs poisoned first (0xFFFF = NaN in bf16) so that unwritten elements show.
   std::string run(int deterministic) {
     cudaMemset(dq, 0xff, pr.q.size() * 2);
     cudaMemset(dk, 0xff, pr.k.size() * 2);
     cudaMemset(dv, 0xff, pr.v.size() * 2);
-    if (dash_bwd(&args, plan, deterministic, workspace, workspace_bytes, nullptr) != DASH_OK) {
+    if (dash_bwd(&args, plan, deterministic, mode_workspace(deterministic), mode_workspace_bytes(deterministic),
+                 nullptr) != DASH_OK) {
       return std::string("dash_bwd: ") + dash_last_error();
     }
     if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return std::string("kernel: ") + cudaGetErrorString(e);
@@ -614,6 +627,44 @@ TEST(BackwardArgs, NullsAndMismatchesAreNamed) {
   EXPECT_NE(std::string(dash_last_error()).find("workspace_bytes"), std::string::npos) << dash_last_error();
   EXPECT_EQ(dash_bwd(&r.args, r.plan, 2, r.workspace, r.workspace_bytes, nullptr), DASH_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(dash_last_error()).find("deterministic"), std::string::npos) << dash_last_error();
+  EXPECT_EQ(dash_bwd_workspace_size(&r.args, r.plan, 2), 0u);
+  EXPECT_NE(std::string(dash_last_error()).find("deterministic"), std::string::npos) << dash_last_error();
+}
+
+// Only a deterministic backward has turn counters: its workspace is the non-deterministic one plus one int32 per dQ
+// accumulator and, for split-head GQA, one per dK/dV tile (each region 256-byte aligned; counts from the plan's
+// header). A deterministic call refuses the non-deterministic size; a plan for non-deterministic backwards only
+// has no deterministic size.
+TEST(BackwardArgs, WorkspaceSizeFollowsTheMode) {
+  SKIP_WITHOUT_GPU();
+  auto region = [](size_t count) { return (count * 4 + 255) / 256 * 256; };
+  for (const Case c : {Case{3, 4, 4, 300, 300, 64, DASH_MASK_CAUSAL}, Case{2, 8, 2, 200, 520, 128, DASH_MASK_FULL}}) {
+    for (const int gqa : {int(DASH_GQA_SPLIT_HEADS), int(DASH_GQA_PACK_GROUP)}) {
+      SCOPED_TRACE(c.name() + " gqa mode " + std::to_string(gqa));
+      const Problem pr(c, 5, /*with_reference=*/false);
+      BwdRun r(pr);
+      ASSERT_EQ(r.setup("shift", 0, gqa), "");
+      const void* data = nullptr;
+      size_t bytes = 0;
+      ASSERT_EQ(dash_plan_blob(r.plan, &data, &bytes), DASH_OK);
+      const dash_plan_header h = dash::Plan::from_blob(static_cast<const uint8_t*>(data), bytes).header;
+      const bool split = gqa == DASH_GQA_SPLIT_HEADS && c.heads_q != c.heads_kv;
+      const size_t counters = region(size_t(c.batch) * c.heads_q * h.num_q_tiles) +
+                              (split ? region(size_t(c.batch) * c.heads_kv * h.num_kv_tiles) : 0);
+      const size_t nondet = dash_bwd_workspace_size(&r.args, r.plan, 0), det = dash_bwd_workspace_size(&r.args, r.plan, 1);
+      ASSERT_GT(nondet, 0u) << dash_last_error();
+      EXPECT_EQ(det, nondet + counters);
+      EXPECT_EQ(dash_bwd(&r.args, r.plan, 1, r.workspace, nondet, nullptr), DASH_ERROR_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(dash_last_error()).find("workspace_bytes"), std::string::npos) << dash_last_error();
+    }
+  }
+  const Problem gqa(Case{2, 8, 2, 256, 256, 128, DASH_MASK_CAUSAL}, 6, /*with_reference=*/false);
+  BwdRun r(gqa);
+  ASSERT_EQ(r.setup("auto", 0, DASH_GQA_AUTO_NONDETERMINISTIC), "");
+  EXPECT_GT(dash_bwd_workspace_size(&r.args, r.plan, 0), 0u) << dash_last_error();
+  EXPECT_EQ(dash_bwd_workspace_size(&r.args, r.plan, 1), 0u);
+  EXPECT_NE(std::string(dash_last_error()).find("DASH_GQA_AUTO_NONDETERMINISTIC"), std::string::npos)
+      << dash_last_error();
 }
 
 }  // namespace

@@ -63,8 +63,8 @@ struct BwdParams {
 
   // Workspace (bwd_workspace_layout).
   int32_t* ticket_counter;
-  int32_t* dq_counters;   // [batch * heads_q * num_q_tiles]
-  int32_t* dkv_counters;  // [batch * heads_kv * num_kv_tiles] (split_dkv only)
+  int32_t* dq_counters;   // [batch * heads_q * num_q_tiles] (deterministic only)
+  int32_t* dkv_counters;  // [batch * heads_kv * num_kv_tiles] (deterministic split_dkv only)
   float* delta;           // [batch * heads_q * num_q_tiles * kBlockM]
   float* lse_log2;        // same; +inf for rows past seqlen_q or rows with LSE = -inf (so P = 0 there)
   float* dq_accum;        // [batch * heads_q * num_q_tiles][kBlockM * head_dim], per tile in the staging layout
@@ -90,14 +90,15 @@ struct BwdParams {
   int32_t total_q;                  // rows of the packed q: the LSE's row stride per head
 };
 
-// Byte offsets of the workspace regions (each 256-byte aligned) for a problem and plan.
+// Byte offsets of the workspace regions (each 256-byte aligned) for a problem, plan and mode.
 struct BwdWorkspaceLayout {
   size_t ticket = 0, dq_counters = 0, dkv_counters = 0, delta = 0, lse_log2 = 0, dq_accum = 0, dk_accum = 0,
          dv_accum = 0;
   size_t counters_end = 0;  // [0, counters_end) holds every counter: zeroed per call
   size_t total = 0;
 };
-BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& problem, const dash_plan_header& header);
+BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& problem, const dash_plan_header& header,
+                                        bool deterministic);
 // The problem whose layout a plan's workspace has: the call's, with batch 1 for a varlen plan (whose header's tile
 // counts are the pack's global tiles).
 dash_problem workspace_problem(const dash_problem& problem, const ::dash_plan_s& plan);

@@ -70,8 +70,10 @@ BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t d
   // A varlen header's GQA mode says whether any of its templates splits (plan_handle.cpp).
   params.split_dkv = (h.gqa_mode == DASH_GQA_SPLIT_HEADS && h.group_size > 1) ? 1 : 0;
   params.ticket_counter = reinterpret_cast<int32_t*>(ws + w.ticket);
-  params.dq_counters = reinterpret_cast<int32_t*>(ws + w.dq_counters);
-  params.dkv_counters = reinterpret_cast<int32_t*>(ws + w.dkv_counters);
+  // A non-deterministic workspace has no counter regions (workspace.cpp): null, so that a stray use faults
+  // instead of writing into the delta region that follows.
+  params.dq_counters = deterministic ? reinterpret_cast<int32_t*>(ws + w.dq_counters) : nullptr;
+  params.dkv_counters = deterministic ? reinterpret_cast<int32_t*>(ws + w.dkv_counters) : nullptr;
   params.delta = reinterpret_cast<float*>(ws + w.delta);
   params.lse_log2 = reinterpret_cast<float*>(ws + w.lse_log2);
   params.dq_accum = reinterpret_cast<float*>(ws + w.dq_accum);
@@ -94,16 +96,9 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
   dash_bwd_args a{};
   // Refuses, among the rest, a pair whose row has a forward kernel only, before anything is zeroed or launched.
   if (dash_status s = validate(args, plan, a); s != DASH_OK) return s;
-  if (deterministic != 0 && deterministic != 1) {
-    return fail(DASH_ERROR_INVALID_ARGUMENT, "deterministic: must be 0 or 1 (got " + std::to_string(deterministic) + ")");
-  }
+  if (dash_status s = check_deterministic(deterministic, *plan); s != DASH_OK) return s;
   const dash_plan_header& h = plan->header;
-  if (deterministic && (h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY)) {
-    return fail(DASH_ERROR_INVALID_ARGUMENT,
-                "plan: made with DASH_GQA_AUTO_NONDETERMINISTIC, whose GQA mode depends on the batch; a deterministic "
-                "backward needs a plan made with DASH_GQA_AUTO (or a fixed mode) to keep its bits batch-invariant");
-  }
-  const BwdWorkspaceLayout w = bwd_workspace_layout(workspace_problem(a.problem, *plan), h);
+  const BwdWorkspaceLayout w = bwd_workspace_layout(workspace_problem(a.problem, *plan), h, deterministic != 0);
   if (workspace == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "workspace: null pointer");
   if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "workspace: must be 256-byte aligned");
@@ -111,7 +106,8 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
   if (workspace_bytes < w.total) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "workspace_bytes: " + std::to_string(workspace_bytes) +
                                                  " bytes given, dash_bwd_workspace_size() requires " +
-                                                 std::to_string(w.total));
+                                                 std::to_string(w.total) + " in " +
+                                                 (deterministic ? "deterministic" : "non-deterministic") + " mode");
   }
 
   int device = 0;

@@ -106,4 +106,16 @@ dash_status validate(const dash_bwd_args* args, dash_plan_t plan, dash_bwd_args&
   return DASH_OK;
 }
 
+dash_status check_deterministic(int32_t deterministic, const dash_plan_s& plan) {
+  if (deterministic != 0 && deterministic != 1) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT, "deterministic: must be 0 or 1 (got " + std::to_string(deterministic) + ")");
+  }
+  if (deterministic && (plan.header.flags & DASH_PLAN_NONDETERMINISTIC_ONLY)) {
+    return fail(DASH_ERROR_INVALID_ARGUMENT,
+                "plan: made with DASH_GQA_AUTO_NONDETERMINISTIC, whose GQA mode depends on the batch; a deterministic "
+                "backward needs a plan made with DASH_GQA_AUTO (or a fixed mode) to keep its bits batch-invariant");
+  }
+  return DASH_OK;
+}
+
 }  // namespace dash::kernels::bwd
