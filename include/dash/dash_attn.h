@@ -191,10 +191,11 @@ size_t dash_bwd_workspace_size(const dash_bwd_args* args, dash_plan_t plan, int3
 
 /* Validates every argument (naming the offending one), then launches the backward on `cuda_stream`.
  * deterministic: 1 = ordered adds (bitwise reproducible), 0 = unordered atomic adds. `workspace` must be
- * 256-byte aligned device memory of at least dash_bwd_workspace_size(args, plan, deterministic) bytes. Always a plain launch of the plan's
- * num_ctas CTAs (docs/DEADLOCK.md): kernels of other streams that hold SMs delay the CTAs they displace. The
- * non-deterministic mode has no wait between CTAs; a deterministic plan progresses while its wave of CTAs runs, and
- * otherwise resumes when the other kernels release their SMs. The bits never depend on how many CTAs ran. */
+ * 256-byte aligned device memory of at least dash_bwd_workspace_size(args, plan, deterministic) bytes. Always a
+ * plain launch of the plan's num_ctas CTAs (docs/DEADLOCK.md): kernels of other streams that hold SMs delay the
+ * CTAs they displace. The non-deterministic mode has no wait between CTAs; a deterministic plan progresses while its
+ * wave of CTAs runs, and otherwise resumes when the other kernels release their SMs. The bits never depend on how
+ * many CTAs ran. */
 dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t deterministic, void* workspace,
                      size_t workspace_bytes, void* cuda_stream);
 

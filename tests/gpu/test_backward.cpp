@@ -651,7 +651,8 @@ TEST(BackwardArgs, WorkspaceSizeFollowsTheMode) {
       const bool split = gqa == DASH_GQA_SPLIT_HEADS && c.heads_q != c.heads_kv;
       const size_t counters = region(size_t(c.batch) * c.heads_q * h.num_q_tiles) +
                               (split ? region(size_t(c.batch) * c.heads_kv * h.num_kv_tiles) : 0);
-      const size_t nondet = dash_bwd_workspace_size(&r.args, r.plan, 0), det = dash_bwd_workspace_size(&r.args, r.plan, 1);
+      const size_t nondet = dash_bwd_workspace_size(&r.args, r.plan, 0);
+      const size_t det = dash_bwd_workspace_size(&r.args, r.plan, 1);
       ASSERT_GT(nondet, 0u) << dash_last_error();
       EXPECT_EQ(det, nondet + counters);
       EXPECT_EQ(dash_bwd(&r.args, r.plan, 1, r.workspace, nondet, nullptr), DASH_ERROR_INVALID_ARGUMENT);
