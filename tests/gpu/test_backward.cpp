@@ -226,19 +226,16 @@ struct BwdRun {
     return "";
   }
 
-  // The mode's workspace size, and its start: the last that many bytes of the allocation, so that an access past
-  // the mode's layout leaves the allocation (compute-sanitizer memcheck reports it). Sizes are multiples of 256.
-  size_t mode_workspace_bytes(int deterministic) const { return dash_bwd_workspace_size(&args, plan, deterministic); }
-  void* mode_workspace(int deterministic) const {
-    return static_cast<char*>(workspace) + (workspace_bytes - mode_workspace_bytes(deterministic));
-  }
-
-  // One backward; outputs poisoned first (0xFFFF = NaN in bf16) so that unwritten elements show.
+  // One backward; outputs poisoned first (0xFFFF = NaN in bf16) so that unwritten elements show. The mode's
+  // workspace is the last size(mode) bytes of the allocation, so that an access past the mode's layout leaves the
+  // allocation (compute-sanitizer memcheck reports it); sizes are multiples of 256. A size of 0 (a mode the plan
+  // refuses) leaves dash_bwd to say why.
   std::string run(int deterministic) {
     cudaMemset(dq, 0xff, pr.q.size() * 2);
     cudaMemset(dk, 0xff, pr.k.size() * 2);
     cudaMemset(dv, 0xff, pr.v.size() * 2);
-    if (dash_bwd(&args, plan, deterministic, mode_workspace(deterministic), mode_workspace_bytes(deterministic),
+    const size_t bytes = dash_bwd_workspace_size(&args, plan, deterministic);
+    if (dash_bwd(&args, plan, deterministic, static_cast<char*>(workspace) + (workspace_bytes - bytes), bytes,
                  nullptr) != DASH_OK) {
       return std::string("dash_bwd: ") + dash_last_error();
     }
