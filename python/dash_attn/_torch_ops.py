@@ -80,7 +80,7 @@ def validate(q, k, v, causal, softmax_scale, schedule, deterministic, names=("q"
         raise ValueError(f"dash_attn: schedule {schedule!r} is unknown (expected one of {', '.join(SCHEDULES)})")
     if isinstance(sm_margin, bool) or not isinstance(sm_margin, int):
         raise TypeError(f"dash_attn: sm_margin must be an int, got {type(sm_margin).__name__}")
-    _num_ctas(q.device, sm_margin)  # in range for the device
+    _check_sm_margin(q.device, sm_margin)
     if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale > 0):
         raise ValueError(f"dash_attn: softmax_scale must be finite and > 0, got {softmax_scale}")
     if not isinstance(causal, bool):
@@ -148,6 +148,15 @@ def _num_ctas(device: torch.device, sm_margin: int) -> int:
                          f"{', as the GPU plans the CPU backend follows' if device.type != 'cuda' else ''}), "
                          f"got {sm_margin}")
     return sms - sm_margin
+
+
+def _check_sm_margin(device: torch.device, sm_margin: int) -> None:
+    """sm_margin in range for the device. validate() runs inside torch.compile'd code, where the first query of a CUDA
+    device's SMs (a ctypes call) would break the graph (fullgraph=True: an error). So while tracing, before an eager
+    call has asked, the check is left to the forward op, which makes it when it runs (_fwd_cuda, _varlen_fwd_cuda)."""
+    if device.type == "cuda" and device.index not in _sm_counts and torch.compiler.is_compiling():
+        return
+    _num_ctas(device, sm_margin)
 
 
 def _on_device(device: torch.device, launch):
@@ -258,6 +267,7 @@ _bwd_shapes: dict = {}
 
 def _fwd_cuda(q, k, v, causal, softmax_scale, deterministic, schedule, needs_backward=False, sm_margin=0,
               window_left=-1, window_right=-1):
+    _num_ctas(q.device, sm_margin)  # sm_margin in range: validate() leaves it here while tracing (_check_sm_margin)
     key = (q.shape, k.shape, v.shape[-1], q.dtype, causal, needs_backward, window_left, window_right)
     shape = _fwd_shapes.get(key)
     if shape is None:
@@ -556,6 +566,7 @@ def _varlen_empty(q, k, v):
 
 def _varlen_fwd_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
                      deterministic, schedule, sm_margin=0, window_left=-1, window_right=-1):
+    _num_ctas(q.device, sm_margin)  # sm_margin in range: validate() leaves it here while tracing (_check_sm_margin)
     entry = _pack_entry(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window_left,
                         window_right)
     o, lse = _varlen_empty(q, k, v)

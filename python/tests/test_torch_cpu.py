@@ -210,3 +210,26 @@ def test_flash_attn_func_refuses_what_it_cannot_match(kwargs, message):
     q, k, v = inputs(1, 16, 16, 2, 2, 64)
     with pytest.raises(ValueError, match=message):
         dash_attn.flash_attn_func(q, k, v, **kwargs)
+
+
+def test_sm_margin_check_is_left_to_the_op_while_tracing_an_unknown_cuda_device(monkeypatch):
+    # validate() runs in torch.compile'd code, where the first query of a CUDA device's SMs (ctypes) would break a full
+    # graph: while tracing, with the device's count unknown, the check is left to the forward op (which makes it when
+    # it runs); outside tracing, or with the count known, it is made at once. Checked here without a GPU by watching
+    # whether _num_ctas is asked.
+    from dash_attn import _torch_ops
+
+    asked = []
+    monkeypatch.setattr(_torch_ops, "_num_ctas", lambda device, sm_margin: asked.append((device, sm_margin)))
+    monkeypatch.setattr(_torch_ops, "_sm_counts", {})
+    cuda0 = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    _torch_ops._check_sm_margin(cuda0, 7)
+    assert asked == []
+    _torch_ops._check_sm_margin(torch.device("cpu"), 7)  # the CPU's count is a constant: checked while tracing too
+    _torch_ops._sm_counts[0] = 132
+    _torch_ops._check_sm_margin(cuda0, 8)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
+    _torch_ops._sm_counts.clear()
+    _torch_ops._check_sm_margin(cuda0, 9)
+    assert asked == [(torch.device("cpu"), 7), (cuda0, 8), (cuda0, 9)]

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device: GPU tests skipped", allow_module_level=True)
 import dash_attn  # noqa: E402
-from dash_attn import _abi  # noqa: E402
+from dash_attn import _abi, _torch_ops  # noqa: E402
 
 import attention_reference  # noqa: E402
 
@@ -87,6 +87,9 @@ def test_non_deterministic_mode_is_close():
 
 def test_torch_compile_fullgraph():
     q, k, v = (t.requires_grad_(True) for t in make(1, 512, 512, 4, 4, 128, seed=5))
+    # As in a process whose first dash_attn call is compiled: the device's SM count is not yet known while tracing
+    # (asking for it is a ctypes call, which breaks a full graph; it once did when this test ran first).
+    _torch_ops._sm_counts.clear()
 
     @torch.compile(fullgraph=True)
     def step(q, k, v):
@@ -94,6 +97,20 @@ def test_torch_compile_fullgraph():
 
     step(q, k, v).backward()
     assert torch.isfinite(q.grad).all()
+
+
+def test_torch_compile_refuses_a_bad_sm_margin():
+    # validate() leaves the range check to the forward op while tracing, before the SM count is known; the compiled
+    # call must still refuse, naming the argument.
+    q, k, v = make(1, 64, 64, 2, 2, 64, seed=7)
+    _torch_ops._sm_counts.clear()
+
+    @torch.compile(fullgraph=True)
+    def step(q, k, v):
+        return dash_attn.attention(q, k, v, sm_margin=100000)
+
+    with pytest.raises(ValueError, match="sm_margin must be in"):
+        step(q, k, v)
 
 
 def test_cuda_graph_capture_replays_the_same_bits():
