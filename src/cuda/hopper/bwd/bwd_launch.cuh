@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <cuda_runtime_api.h>
 
@@ -64,13 +65,24 @@ dash_status run_with(kernels::bwd::BwdParams const& params, int32_t num_ctas, in
     return s;
   }
 
-  // 1. delta and LSE2 per padded query row (and the zeroed dQ accumulators in non-deterministic mode).
+  // 1. delta and LSE2 per padded query row, the zeroed counters (and split-GQA dK / dV accumulators; the dQ
+  // accumulators in non-deterministic mode). Without query rows (a varlen pack of key-only sequences) it does not
+  // run, and the launcher zeroes what it would have.
   constexpr int kRowsPerBlock = RowSlices<kHeadDim>::kRowsPerBlock;
   {
     const dim3 grid(unsigned((params.num_q_tiles * kBlockM + kRowsPerBlock - 1) / kRowsPerBlock),
                     unsigned(params.batch * params.heads_q));
-    if (grid.x > 0) {  // 0: no query rows
+    if (grid.x > 0) {
       bwd_preprocess<kBlockM, kHeadDim, kHeadDimV, StdElement><<<grid, 256, 0, stream>>>(params);
+    } else {
+      for (auto [begin, words] : {std::pair{params.zero_counters, params.zero_counters_words},
+                                  std::pair{params.zero_dkv, params.zero_dkv_words}}) {
+        if (words == 0) continue;
+        if (cudaError_t status = cudaMemsetAsync(begin, 0, size_t(words) * sizeof(uint4), stream);
+            status != cudaSuccess) {
+          return cuda_fail(error, "cudaMemsetAsync(workspace)", status);
+        }
+      }
     }
     if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
       return cuda_fail(error, "launch of bwd_preprocess", status);
