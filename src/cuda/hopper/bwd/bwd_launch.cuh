@@ -88,7 +88,7 @@ dash_status run_with(kernels::bwd::BwdParams const& params, int32_t num_ctas, in
       return cuda_fail(error, "launch of bwd_preprocess", status);
     }
   }
-  // 2. The plan-executing main kernel, persistent over the plan's tickets. A plain launch: a deterministic plan
+  // 2. The plan-executing main kernel, persistent over the plan's tickets. Not cooperative: a deterministic plan
   // needs only its wave of CTAs running at once (docs/DEADLOCK.md; the host checked the device holds it), so CTAs
   // that wait for SMs other kernels hold delay the work without stalling it.
   {
@@ -97,8 +97,20 @@ dash_status run_with(kernels::bwd::BwdParams const& params, int32_t num_ctas, in
     if (dash_status s = opt_in_dynamic_smem<kernel>(device, kSmemBytes, "backward kernel", error); s != DASH_OK) {
       return s;
     }
-    kernel<<<unsigned(num_ctas), unsigned(Config::kThreads), kSmemBytes, stream>>>(kernel_params);
-    if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
+    // Launched as the preprocess grid's programmatic dependent: its CTAs take the SMs that preprocess blocks leave
+    // and set up (shared memory, barriers) while the last ones run, then wait for the grid (griddepcontrol_wait).
+    // After a memset (no preprocess grid) the attribute does nothing.
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(unsigned(num_ctas));
+    config.blockDim = dim3(unsigned(Config::kThreads));
+    config.dynamicSmemBytes = size_t(kSmemBytes);
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    if (cudaError_t status = cudaLaunchKernelEx(&config, kernel, kernel_params); status != cudaSuccess) {
       return cuda_fail(error, "launch of backward kernel", status);
     }
   }

@@ -67,6 +67,9 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
   const RowSlices<kHeadDim> slice;
   const int padded_rows = p.num_q_tiles * kBlockM;
   const int bh = blockIdx.y;  // batch * heads_q + head (varlen: the head, batch = 1)
+  // The main kernel (launched as this grid's programmatic dependent: bwd_launch.cuh) may place its CTAs once every
+  // block of this grid has started; they wait for this grid to complete before they touch the workspace.
+  griddepcontrol_launch_dependents();
   {
     // The counters and split-GQA accumulators (BwdParams::zero_*), over every thread of the grid. The main kernel,
     // next on the stream, starts after this grid completes, so its first reads see the zeros.
