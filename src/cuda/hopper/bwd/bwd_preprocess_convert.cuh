@@ -71,8 +71,8 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
   // block of this grid has started; they wait for this grid to complete before they touch the workspace.
   griddepcontrol_launch_dependents();
   {
-    // The counters and split-GQA accumulators (BwdParams::zero_*), over every thread of the grid. The main kernel,
-    // next on the stream, starts after this grid completes, so its first reads see the zeros.
+    // The counters and split-GQA accumulators (BwdParams::zero_*), over every thread of the grid. The main kernel
+    // reads them only after this grid has completed (its griddepcontrol_wait), so its first reads see the zeros.
     const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x;
     const int64_t first = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
     for (int64_t i = first; i < p.zero_counters_words; i += threads) p.zero_counters[i] = make_uint4(0, 0, 0, 0);
