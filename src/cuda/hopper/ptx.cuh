@@ -20,7 +20,16 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// ---- ordering across CTAs (the 16-bit turn counters of deterministic mode: bwd_plan_scheduler.cuh) ----
+// ---- ordering across CTAs (the order counters of deterministic mode) ----
+__device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(int32_t* p, int32_t v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// The 16-bit turn counters of the backward (bwd_plan_scheduler.cuh).
 __device__ __forceinline__ uint16_t ld_acquire_gpu(const uint16_t* p) {
   uint16_t v;
   asm volatile("ld.acquire.gpu.global.b16 %0, [%1];" : "=h"(v) : "l"(p) : "memory");
