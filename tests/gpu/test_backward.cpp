@@ -628,13 +628,13 @@ TEST(BackwardArgs, NullsAndMismatchesAreNamed) {
   EXPECT_NE(std::string(dash_last_error()).find("deterministic"), std::string::npos) << dash_last_error();
 }
 
-// Only a deterministic backward has turn counters: its workspace is the non-deterministic one plus one uint16 per dQ
+// Only a deterministic backward has turn counters: its workspace is the non-deterministic one plus one int32 per dQ
 // accumulator and, for split-head GQA, one per dK/dV tile (each region 256-byte aligned; counts from the plan's
 // header). A deterministic call refuses the non-deterministic size; a plan for non-deterministic backwards only
 // has no deterministic size.
 TEST(BackwardArgs, WorkspaceSizeFollowsTheMode) {
   SKIP_WITHOUT_GPU();
-  auto region = [](size_t count) { return (count * 2 + 255) / 256 * 256; };
+  auto region = [](size_t count) { return (count * 4 + 255) / 256 * 256; };
   for (const Case c : {Case{3, 4, 4, 300, 300, 64, DASH_MASK_CAUSAL}, Case{2, 8, 2, 200, 520, 128, DASH_MASK_FULL}}) {
     for (const int gqa : {int(DASH_GQA_SPLIT_HEADS), int(DASH_GQA_PACK_GROUP)}) {
       SCOPED_TRACE(c.name() + " gqa mode " + std::to_string(gqa));

@@ -65,8 +65,8 @@ struct BwdParams {
 
   // Workspace (bwd_workspace_layout).
   int32_t* ticket_counter;
-  uint16_t* dq_counters;  // [batch * heads_q * num_q_tiles] (deterministic only; 16-bit: PlanScheduler::dq_turn)
-  uint16_t* dkv_counters; // [batch * heads_kv * num_kv_tiles] (deterministic split_dkv only)
+  int32_t* dq_counters;   // [batch * heads_q * num_q_tiles] (deterministic only)
+  int32_t* dkv_counters;  // [batch * heads_kv * num_kv_tiles] (deterministic split_dkv only)
   float* delta;           // [batch * heads_q * num_q_tiles * kBlockM]
   float* lse_log2;        // same; +inf for rows past seqlen_q or rows with LSE = -inf (so P = 0 there)
   float* dq_accum;        // [batch * heads_q * num_q_tiles][kBlockM * head_dim], per tile in the staging layout

@@ -72,8 +72,8 @@ BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t d
   params.ticket_counter = reinterpret_cast<int32_t*>(ws + w.ticket);
   // A non-deterministic workspace has no counter regions (workspace.cpp): null, so that a stray use faults
   // instead of writing into the delta region that follows.
-  params.dq_counters = deterministic ? reinterpret_cast<uint16_t*>(ws + w.dq_counters) : nullptr;
-  params.dkv_counters = deterministic ? reinterpret_cast<uint16_t*>(ws + w.dkv_counters) : nullptr;
+  params.dq_counters = deterministic ? reinterpret_cast<int32_t*>(ws + w.dq_counters) : nullptr;
+  params.dkv_counters = deterministic ? reinterpret_cast<int32_t*>(ws + w.dkv_counters) : nullptr;
   params.delta = reinterpret_cast<float*>(ws + w.delta);
   params.lse_log2 = reinterpret_cast<float*>(ws + w.lse_log2);
   params.dq_accum = reinterpret_cast<float*>(ws + w.dq_accum);

@@ -2,7 +2,7 @@
 // bwd/workspace.cpp — the backward's device workspace: its regions (counters, delta, LSE2, the fp32 dQ
 // accumulators and, for split-head GQA, the dK/dV accumulators) and dash_bwd_workspace_size.
 // The layout depends on the mode: only a deterministic backward reads the dQ and dK/dV turn counters, so a
-// non-deterministic one gets none (FA3 allocates a dQ semaphore in both modes); they are 16-bit (FA3's are 32-bit).
+// non-deterministic one gets none (its extra memory is then below FA3's, which always allocates a dQ semaphore).
 #include <cstddef>
 
 #include "api_error.h"
@@ -29,9 +29,9 @@ BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& p, const dash_plan_h
   at = align(at + sizeof(int32_t));
   // Non-deterministic: empty counter regions (the kernels form the turn pointers but never dereference them).
   w.dq_counters = at;
-  at = align(at + (deterministic ? dq_accumulators * sizeof(uint16_t) : 0));
+  at = align(at + (deterministic ? dq_accumulators * sizeof(int32_t) : 0));
   w.dkv_counters = at;
-  at = align(at + (deterministic && split_dkv ? kv_tiles * sizeof(uint16_t) : 0));
+  at = align(at + (deterministic && split_dkv ? kv_tiles * sizeof(int32_t) : 0));
   w.counters_end = at;
   w.delta = at;
   at = align(at + dq_accumulators * h.block_m * sizeof(float));

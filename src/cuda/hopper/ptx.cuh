@@ -29,15 +29,6 @@ __device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t* p) {
 __device__ __forceinline__ void st_release_gpu(int32_t* p, int32_t v) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-// The 16-bit turn counters of the backward (bwd_plan_scheduler.cuh).
-__device__ __forceinline__ uint16_t ld_acquire_gpu(const uint16_t* p) {
-  uint16_t v;
-  asm volatile("ld.acquire.gpu.global.b16 %0, [%1];" : "=h"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release_gpu(uint16_t* p, uint16_t v) {
-  asm volatile("st.release.gpu.global.b16 [%0], %1;" ::"l"(p), "h"(v) : "memory");
-}
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
 // ---- programmatic dependent launch (a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization) ----

@@ -79,7 +79,7 @@ __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int
 
     if (lane == 0) {
       float* accum = p.dq_accum + int64_t(h.accumulator) * kTileFloats;
-      uint16_t* turn = plan.dq_turn(h.accumulator);
+      int32_t* turn = plan.dq_turn(h.accumulator);
       if (p.deterministic) {
         // WAIT (dQ order). The visit of rank h.rank - 1 of this accumulator has provably been claimed by a
         // running CTA (docs/DEADLOCK.md, "Why that suffices": with the claim rule and P >= the largest wave, or

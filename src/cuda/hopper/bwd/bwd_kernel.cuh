@@ -972,7 +972,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       // the adds below, which read registers only.
       mbarrier_arrive(&s.kv_empty);
       // Split-head GQA: add this query head's share into the fp32 accumulators in group_head_by_rank order.
-      uint16_t* turn = plan.dkv_turn(seg_b, seg_head_kv, seg_kv_tile_begin + seg_kv_tile);
+      int32_t* turn = plan.dkv_turn(seg_b, seg_head_kv, seg_kv_tile_begin + seg_kv_tile);
       if (p.deterministic) {
         // WAIT (dK/dV group order). The head of group rank `group_rank - 1` is the previous unit, i.e. items
         // with earlier tickets (docs/DEADLOCK.md: "Waits across units ... always target the previous unit");

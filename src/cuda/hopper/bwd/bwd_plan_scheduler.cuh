@@ -44,7 +44,7 @@ struct TicketWork {
 // TFLOP/s a visit takes ~2.6 us per SM and a shift-type schedule gives each hand-off about one visit of slack,
 // so every 100 ns between the release and its detection is on the critical path (one poll is itself an L2
 // round trip; at most two warps per SM poll).
-__device__ __forceinline__ void wait_counter_equals(const uint16_t* counter, uint16_t expected) {
+__device__ __forceinline__ void wait_counter_equals(const int32_t* counter, int32_t expected) {
   uint32_t backoff = 32;
   while (ld_acquire_gpu(counter) != expected) {
     __nanosleep(backoff);
@@ -114,24 +114,21 @@ struct PlanScheduler {
 
   // The turn counters: one per dQ accumulator (batch, query head, Q tile) and, for split-head GQA, one per
   // (batch, KV head, KV tile) for the group's dK/dV adds (kv_tile global in a varlen pack). Zeroed before every
-  // launch. 16 bits: a dQ counter counts to its Q tile's visits, at most a sequence's KV tiles (at most 65535:
-  // check_plan_limits), a dK/dV counter to the group's heads (at most 255); half the bytes of 32-bit ones.
-  __device__ __forceinline__ uint16_t* dq_turn(int64_t accumulator) const { return p.dq_counters + accumulator; }
-  __device__ __forceinline__ uint16_t* dkv_turn(int b, int head_kv, int kv_tile) const {
+  // launch.
+  __device__ __forceinline__ int32_t* dq_turn(int64_t accumulator) const { return p.dq_counters + accumulator; }
+  __device__ __forceinline__ int32_t* dkv_turn(int b, int head_kv, int kv_tile) const {
     return p.dkv_counters + (int64_t(b) * p.heads_kv + head_kv) * p.num_kv_tiles + kv_tile;
   }
 
   // WAIT FOR TURN: the contribution of rank `rank` may add once its counter equals `rank` (rank 0 at once).
   // The acquire orders the previous rank's released writes before what the calling thread does next.
-  __device__ __forceinline__ static void wait_for_turn(const uint16_t* turn, int32_t rank) {
-    wait_counter_equals(turn, uint16_t(rank));
+  __device__ __forceinline__ static void wait_for_turn(const int32_t* turn, int32_t rank) {
+    wait_counter_equals(turn, rank);
   }
   // PUBLISH: hands the turn to rank `rank + 1`. st.release.gpu is cumulative: whoever acquires the new value
   // also observes every write this thread observed or performed before it (the caller makes its adds
   // visible first: see each call site).
-  __device__ __forceinline__ static void publish(uint16_t* turn, int32_t rank) {
-    st_release_gpu(turn, uint16_t(rank + 1));
-  }
+  __device__ __forceinline__ static void publish(int32_t* turn, int32_t rank) { st_release_gpu(turn, rank + 1); }
 };
 
 }  // namespace dash::hopper::bwd
