@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include <vector_types.h>  // uint4
+
 #include "dash/attention_mask.hpp"
 #include "dash/dash_attn.h"
 #include "dash/kernel_table.hpp"
@@ -71,6 +73,14 @@ struct BwdParams {
                           // DqStaging (column blocks, swizzled 4-float chunks: hopper/bwd/bwd_dq_handoff.cuh)
   float* dk_accum;        // [batch * heads_kv * num_kv_tiles * kBlockN][head_dim] (split_dkv only)
   float* dv_accum;
+
+  // What must start at zero, in 16-byte words: the counters (zero_counters, always) and the split-GQA dK/dV
+  // accumulators (zero_dkv, where split_dkv; else 0 words). The preprocess kernel zeroes both before the main kernel
+  // runs; where it does not run (no query rows), the launcher zeroes them with cudaMemsetAsync.
+  uint4* zero_counters;
+  int64_t zero_counters_words;
+  uint4* zero_dkv;
+  int64_t zero_dkv_words;
 
   // Testing: when non-null, the store warp writes (ticket << 32 | visit) into
   // order_log[accumulator * num_kv_tiles + rank] at the moment it acquires its turn.

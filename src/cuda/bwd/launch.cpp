@@ -80,6 +80,13 @@ BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t d
   params.dk_accum = reinterpret_cast<float*>(ws + w.dk_accum);
   params.dv_accum = reinterpret_cast<float*>(ws + w.dv_accum);
   params.order_log = deterministic ? a.debug_order_log : nullptr;
+  // What must start at zero: the ticket and order counters always; the split-GQA dK/dV accumulators always (every
+  // group rank adds). The dQ accumulators start at zero only when adds are unordered: the preprocess kernel zeroes
+  // them then, in the same pass that writes delta (deterministic mode stores each accumulator's first partial).
+  params.zero_counters = reinterpret_cast<uint4*>(ws);
+  params.zero_counters_words = int64_t(w.counters_end / sizeof(uint4));
+  params.zero_dkv = params.split_dkv ? reinterpret_cast<uint4*>(ws + w.dk_accum) : nullptr;
+  params.zero_dkv_words = params.split_dkv ? int64_t((w.total - w.dk_accum) / sizeof(uint4)) : 0;
   return params;
 }
 
@@ -136,18 +143,8 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
   if (plan->device_template != nullptr) {
     if (dash_status s = plan->device_template->make_ready(stream); s != DASH_OK) return s;
   }
-  // Zero what must start at zero: the ticket and order counters always; the split-GQA dK/dV accumulators always
-  // (every group rank adds). The dQ accumulators start at zero only when adds are unordered: the preprocess
-  // kernel zeroes them then, in the same pass that writes delta (deterministic mode stores each accumulator's
-  // first partial).
-  if (cudaError_t s = cudaMemsetAsync(ws, 0, w.counters_end, stream); s != cudaSuccess) {
-    return cuda_fail("cudaMemsetAsync(counters)", s);
-  }
-  if (params.split_dkv) {
-    if (cudaError_t s = cudaMemsetAsync(ws + w.dk_accum, 0, w.total - w.dk_accum, stream); s != cudaSuccess) {
-      return cuda_fail("cudaMemsetAsync(dk/dv accum)", s);
-    }
-  }
+  // What must start at zero (params.zero_*) is zeroed by the backward's first kernel, or by the launcher where that
+  // kernel has no rows to run (bwd_launch.cuh): one stream operation fewer per call.
   if (dash_status s = dash::kernels::run_backward(family, params, a.problem.head_dim, a.problem.head_dim_v, a.dtype,
                                                       h.num_ctas, device, stream, error);
       s != DASH_OK) {

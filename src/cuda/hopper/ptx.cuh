@@ -31,6 +31,15 @@ __device__ __forceinline__ void st_release_gpu(int32_t* p, int32_t v) {
 }
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
+// ---- programmatic dependent launch (a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization) ----
+// launch_dependents: the next kernel on the stream may start its CTAs once every CTA of this grid has executed this
+// (or exited). wait: returns once the grids this kernel depends on have completed and their writes are visible; a
+// kernel launched without the attribute returns at once.
+__device__ __forceinline__ void griddepcontrol_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void griddepcontrol_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 // fp32 reduction of two adjacent floats into global memory (generic proxy).
 __device__ __forceinline__ void red_add_v2(float* p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1,%2};" ::"l"(p), "f"(a), "f"(b) : "memory");

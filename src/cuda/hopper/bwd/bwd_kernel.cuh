@@ -1058,6 +1058,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   }
   // The only full-CTA barrier: no thread touches a barrier or counter before it is initialised.
   __syncthreads();
+  // WAIT (preprocess). This kernel is the preprocess grid's programmatic dependent (bwd_launch.cuh): its CTAs may
+  // start while that grid still runs, and everything from here on reads what it wrote (delta, LSE2, the zeroed
+  // counters and accumulators). It ends: this kernel was launched only after every preprocess block had started
+  // (griddepcontrol.launch_dependents, executed first by each), and those blocks wait for nothing.
+  griddepcontrol_wait();
 
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Config::kProducerRegisters>();

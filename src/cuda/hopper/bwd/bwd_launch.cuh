@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <cuda_runtime_api.h>
 
@@ -64,19 +65,30 @@ dash_status run_with(kernels::bwd::BwdParams const& params, int32_t num_ctas, in
     return s;
   }
 
-  // 1. delta and LSE2 per padded query row (and the zeroed dQ accumulators in non-deterministic mode).
+  // 1. delta and LSE2 per padded query row, the zeroed counters (and split-GQA dK / dV accumulators; the dQ
+  // accumulators in non-deterministic mode). Without query rows (a varlen pack of key-only sequences) it does not
+  // run, and the launcher zeroes what it would have.
   constexpr int kRowsPerBlock = RowSlices<kHeadDim>::kRowsPerBlock;
   {
     const dim3 grid(unsigned((params.num_q_tiles * kBlockM + kRowsPerBlock - 1) / kRowsPerBlock),
                     unsigned(params.batch * params.heads_q));
-    if (grid.x > 0) {  // 0: no query rows
+    if (grid.x > 0) {
       bwd_preprocess<kBlockM, kHeadDim, kHeadDimV, StdElement><<<grid, 256, 0, stream>>>(params);
+    } else {
+      for (auto [begin, words] : {std::pair{params.zero_counters, params.zero_counters_words},
+                                  std::pair{params.zero_dkv, params.zero_dkv_words}}) {
+        if (words == 0) continue;
+        if (cudaError_t status = cudaMemsetAsync(begin, 0, size_t(words) * sizeof(uint4), stream);
+            status != cudaSuccess) {
+          return cuda_fail(error, "cudaMemsetAsync(workspace)", status);
+        }
+      }
     }
     if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
       return cuda_fail(error, "launch of bwd_preprocess", status);
     }
   }
-  // 2. The plan-executing main kernel, persistent over the plan's tickets. A plain launch: a deterministic plan
+  // 2. The plan-executing main kernel, persistent over the plan's tickets. Not cooperative: a deterministic plan
   // needs only its wave of CTAs running at once (docs/DEADLOCK.md; the host checked the device holds it), so CTAs
   // that wait for SMs other kernels hold delay the work without stalling it.
   {
@@ -85,8 +97,20 @@ dash_status run_with(kernels::bwd::BwdParams const& params, int32_t num_ctas, in
     if (dash_status s = opt_in_dynamic_smem<kernel>(device, kSmemBytes, "backward kernel", error); s != DASH_OK) {
       return s;
     }
-    kernel<<<unsigned(num_ctas), unsigned(Config::kThreads), kSmemBytes, stream>>>(kernel_params);
-    if (cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
+    // Launched as the preprocess grid's programmatic dependent: its CTAs take the SMs that preprocess blocks leave
+    // and set up (shared memory, barriers) while the last ones run, then wait for the grid (griddepcontrol_wait).
+    // After a memset (no preprocess grid) the attribute does nothing.
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(unsigned(num_ctas));
+    config.blockDim = dim3(unsigned(Config::kThreads));
+    config.dynamicSmemBytes = size_t(kSmemBytes);
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    if (cudaError_t status = cudaLaunchKernelEx(&config, kernel, kernel_params); status != cudaSuccess) {
       return cuda_fail(error, "launch of backward kernel", status);
     }
   }

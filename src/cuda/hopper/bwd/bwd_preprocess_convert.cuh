@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // hopper/bwd/bwd_preprocess_convert.cuh — the two small kernels around the plan-executing main kernel:
 //   bwd_preprocess: delta = rowsum(dO * O) in fp32 and LSE in base 2, padded to whole Q tiles (the main kernel
-//                   bulk-copies one tile's rows without bounds), and in non-deterministic mode the zeroed dQ
-//                   accumulators;
+//                   bulk-copies one tile's rows without bounds); the zeroed counters and split-GQA dK / dV
+//                   accumulators; in non-deterministic mode the zeroed dQ accumulators;
 //   bwd_convert:    the fp32 accumulators -> dQ (times softmax_scale), and dK / dV for split-head GQA.
 // Plain CUDA (no wgmma, no TMA): they are bound by memory bandwidth.
 #pragma once
@@ -67,6 +67,17 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
   const RowSlices<kHeadDim> slice;
   const int padded_rows = p.num_q_tiles * kBlockM;
   const int bh = blockIdx.y;  // batch * heads_q + head (varlen: the head, batch = 1)
+  // The main kernel (launched as this grid's programmatic dependent: bwd_launch.cuh) may place its CTAs once every
+  // block of this grid has started; they wait for this grid to complete before they touch the workspace.
+  griddepcontrol_launch_dependents();
+  {
+    // The counters and split-GQA accumulators (BwdParams::zero_*), over every thread of the grid. The main kernel
+    // reads them only after this grid has completed (its griddepcontrol_wait), so its first reads see the zeros.
+    const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x;
+    const int64_t first = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+    for (int64_t i = first; i < p.zero_counters_words; i += threads) p.zero_counters[i] = make_uint4(0, 0, 0, 0);
+    for (int64_t i = first; i < p.zero_dkv_words; i += threads) p.zero_dkv[i] = make_uint4(0, 0, 0, 0);
+  }
   // Every thread of a row leaves here or below together (the row's shuffles name only its own lanes).
   if (slice.row >= padded_rows) return;
   const size_t out = size_t(bh) * padded_rows + slice.row;
