@@ -236,6 +236,12 @@ DASH_HOST_DEVICE static inline dash_unit_coords dash_unit_coords_of(const dash_p
                                group_head_by_rank, unit);
 }
 
+/* Whether the plan's units add dK/dV in group order: split-head GQA (one unit per query head) with more than one query
+ * head per KV head. Such a backward has fp32 dK/dV accumulators and, when deterministic, dK/dV turn counters. */
+DASH_HOST_DEVICE static inline int dash_plan_splits_dkv(const dash_plan_header* h) {
+  return h->gqa_mode == DASH_GQA_SPLIT_HEADS && h->group_size > 1;
+}
+
 #ifdef __cplusplus
 } /* extern "C" */
 #define DASH_STATIC_ASSERT(c, m) static_assert(c, m)

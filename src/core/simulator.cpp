@@ -118,7 +118,7 @@ class Simulation {
     total_tickets_ = int64_t(h_.num_units) * h_.items_per_unit;
     overlap_ = cost.overlap_reduce;
     claim_ahead_ = cost.claim_ahead && (h_.flags & DASH_PLAN_WAITS_ONLY_BACKWARD) != 0;
-    ordered_dkv_ = h_.gqa_mode == DASH_GQA_SPLIT_HEADS && h_.group_size > 1 && cost.dkv_reduce > 0;
+    ordered_dkv_ = dash_plan_splits_dkv(&h_) && cost.dkv_reduce > 0;
     keep_spans_ = options.record_spans || options.critical_path;
     dq_.resize(size_t(h_.num_units) * h_.heads_per_unit * h_.num_q_tiles);
     if (ordered_dkv_) dkv_.resize(size_t(h_.num_units / h_.group_size) * h_.num_kv_tiles);
@@ -141,7 +141,7 @@ class Simulation {
     if (h_.num_units < 0 || h_.items_per_unit < 0) fail("negative unit or item count");
     if (size_t(h_.items_per_unit) != plan_.items.size()) fail("items_per_unit does not match the item table");
     if (h_.heads_per_unit < 1 || h_.num_q_tiles < 0 || h_.num_kv_tiles < 0) fail("bad tile or head counts");
-    if (h_.gqa_mode == DASH_GQA_SPLIT_HEADS && h_.group_size > 1 &&
+    if (dash_plan_splits_dkv(&h_) &&
         (h_.problem.heads_q % h_.group_size != 0 || h_.num_units % h_.group_size != 0))
       fail("units do not split into GQA groups");
     for (const dash_item& item : plan_.items)

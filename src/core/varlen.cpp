@@ -402,7 +402,7 @@ VarlenPlan plan_for_pack(const Pack& pack, const Schedule& schedule, int32_t num
   out.ticket_chunks = chunk_table(begins_of(out.sequences, &dash_pack_sequence::ticket_begin), tickets);
   for (const BoundPlan& t : out.templates) {
     out.wave = std::max(out.wave, t.header.min_coresident_ctas);
-    if (t.header.gqa_mode == DASH_GQA_SPLIT_HEADS && t.header.group_size > 1) out.any_split_dkv = true;
+    if (dash_plan_splits_dkv(&t.header)) out.any_split_dkv = true;
   }
   out.note = table.note();
   return out;

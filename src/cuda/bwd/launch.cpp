@@ -59,7 +59,7 @@ BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t d
                                blob + h.group_head_by_rank_offset,
                                h.items_per_unit,
                                h.gqa_mode,
-                               (h.gqa_mode == DASH_GQA_SPLIT_HEADS && h.group_size > 1) ? 1 : 0,
+                               dash_plan_splits_dkv(&h),
                                h.num_q_tiles};
   }
   params.num_tickets = int32_t(int64_t(h.num_units) * h.items_per_unit);
@@ -68,7 +68,7 @@ BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t d
   params.num_kv_tiles = h.num_kv_tiles;
   params.deterministic = deterministic;
   // A varlen header's GQA mode says whether any of its templates splits (plan_handle.cpp).
-  params.split_dkv = (h.gqa_mode == DASH_GQA_SPLIT_HEADS && h.group_size > 1) ? 1 : 0;
+  params.split_dkv = dash_plan_splits_dkv(&h);
   params.ticket_counter = reinterpret_cast<int32_t*>(ws + w.ticket);
   // A non-deterministic workspace has no counter regions (workspace.cpp): null, so that a stray use faults
   // instead of writing into the delta region that follows.

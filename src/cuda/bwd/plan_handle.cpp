@@ -792,7 +792,7 @@ dash_status dash_plan_create_varlen(dash_pack_t pack, const char* schedule, int3
                                     blob + o.group_head_by_rank_offset,
                                     bound.header.items_per_unit,
                                     bound.header.gqa_mode,
-                                    (bound.header.gqa_mode == DASH_GQA_SPLIT_HEADS && bound.header.group_size > 1) ? 1 : 0,
+                                    dash_plan_splits_dkv(&bound.header),
                                     bound.header.num_q_tiles});
     state->templates.push_back(std::move(t));
   }

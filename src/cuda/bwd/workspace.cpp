@@ -22,7 +22,7 @@ BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& p, const dash_plan_h
   auto align = [](size_t n) { return (n + 255) / 256 * 256; };
   const size_t dq_accumulators = size_t(p.batch) * p.heads_q * h.num_q_tiles;
   const size_t kv_tiles = size_t(p.batch) * p.heads_kv * h.num_kv_tiles;
-  const bool split_dkv = h.gqa_mode == DASH_GQA_SPLIT_HEADS && h.group_size > 1;
+  const bool split_dkv = dash_plan_splits_dkv(&h) != 0;
   BwdWorkspaceLayout w;
   size_t at = 0;
   w.ticket = at;
