@@ -110,8 +110,9 @@ dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspac
  *   dash_plan_destroy(plan);
  *
  * dash_bwd launches 3 kernels on the stream (a varlen pack without query rows: 2 kernels and up to 2
- * cudaMemsetAsync), allocates nothing and does not synchronise (CUDA-graph capturable). Deterministic mode adds every dQ partial in the plan's order, so the
- * gradients are bitwise reproducible; deterministic = 0 adds them in arrival order (faster, not reproducible).
+ * cudaMemsetAsync), allocates nothing and does not synchronise (CUDA-graph capturable). Deterministic mode adds
+ * every dQ partial in the plan's order, so the gradients are bitwise reproducible; deterministic = 0 adds them in
+ * arrival order (faster, not reproducible).
  * Every row of dash_kernel_rows with backward = 1 (64, 96, 128, 192 / 128, 256; dash_plan_create refuses another
  * pair with DASH_ERROR_UNSUPPORTED naming problem.head_dim), FULL, CAUSAL and WINDOW masks, bf16 and fp16. */
 
