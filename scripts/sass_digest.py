@@ -11,6 +11,12 @@ namespaces or kernels can show that the machine code did not change:
 Each line: digest, instruction count, demangled-ish kernel name. --compare matches kernels by digest (names may
 differ) and lists the kernels of either side that have no twin on the other; --ignore drops kernels of the
 first file whose name matches (e.g. kernels the change deliberately removed).
+
+For kernel experiments, the opcode counts of each kernel whose name matches --kernels (a regex), or with two
+binaries (objects or libraries) the difference per kernel, matched by name:
+
+    scripts/sass_digest.py --opcodes build/libdash_attn.so --kernels backward_kernel
+    scripts/sass_digest.py --opcodes base.o new.o --kernels backward_kernel
 """
 import argparse
 import glob
@@ -36,7 +42,8 @@ def find_cuobjdump():
     sys.exit("sass_digest: no cuobjdump found (CUDA toolkit, or `pip install triton`)")
 
 
-def digests(binary):
+def kernels_of(binary):
+    """{mangled kernel name: [instruction texts of each copy]} of a binary's SASS."""
     text = subprocess.run([find_cuobjdump(), "-sass", binary], capture_output=True, text=True, check=True).stdout
     kernels = {}
     name, body = None, []
@@ -53,6 +60,39 @@ def digests(binary):
             body.append(re.sub(r"_Z\w+", "<symbol>", m.group(1)))
     if name:
         kernels.setdefault(name, []).append(body)
+    return kernels
+
+
+def opcode(instruction):
+    """HGMMA.64x64x16.F32.BF16 R24, ... -> HGMMA (the predicate and the modifiers dropped)."""
+    return re.sub(r"^@!?U?P\w+\s+", "", instruction).split()[0].split(".")[0]
+
+
+def opcodes(files, kernel_pattern):
+    from collections import Counter
+    counted = []
+    for binary in files:
+        counted.append({name: [Counter(opcode(i) for i in body) for body in bodies]
+                        for name, bodies in kernels_of(binary).items() if re.search(kernel_pattern, name)})
+    for name in sorted(counted[0]):
+        for copy, first in enumerate(counted[0][name]):
+            total = sum(first.values())
+            if len(counted) == 1:
+                print(f"{total:6d} {name}\n       " + " ".join(f"{k}={v}" for k, v in first.most_common()))
+                continue
+            if name not in counted[1] or copy >= len(counted[1][name]):
+                print(f"{total:6d} {name}: not in {files[1]}")
+                continue
+            second = counted[1][name][copy]
+            changed = sorted(((k, second[k] - first[k]) for k in set(first) | set(second) if second[k] != first[k]),
+                             key=lambda kv: -abs(kv[1]))
+            print(f"{total:6d} -> {sum(second.values()):6d} {name}\n       " +
+                  (" ".join(f"{k}{v:+d}" for k, v in changed) or "the same opcode counts"))
+    return 0
+
+
+def digests(binary):
+    kernels = kernels_of(binary)
     rows = []
     for name, bodies in sorted(kernels.items()):
         for body in bodies:
@@ -65,7 +105,14 @@ def main():
     parser.add_argument("files", nargs="+")
     parser.add_argument("--compare", action="store_true", help="compare two digest files")
     parser.add_argument("--ignore", help="regex: kernels of the first file to leave out of the comparison")
+    parser.add_argument("--opcodes", action="store_true",
+                        help="opcode counts per kernel of one binary, or their difference between two")
+    parser.add_argument("--kernels", default="", help="regex: with --opcodes, the kernels to count")
     args = parser.parse_args()
+    if args.opcodes:
+        if len(args.files) > 2:
+            sys.exit("--opcodes takes one or two binaries")
+        return opcodes(args.files, args.kernels)
     if not args.compare:
         for binary in args.files:
             for digest, count, name in digests(binary):
