@@ -19,6 +19,7 @@ binaries (objects or libraries) the difference per kernel, matched by name:
     scripts/sass_digest.py --opcodes base.o new.o --kernels backward_kernel
 """
 import argparse
+from collections import Counter
 import glob
 import hashlib
 import os
@@ -69,7 +70,6 @@ def opcode(instruction):
 
 
 def opcodes(files, kernel_pattern):
-    from collections import Counter
     counted = []
     for binary in files:
         counted.append({name: [Counter(opcode(i) for i in body) for body in bodies]
@@ -88,6 +88,8 @@ def opcodes(files, kernel_pattern):
                              key=lambda kv: -abs(kv[1]))
             print(f"{total:6d} -> {sum(second.values()):6d} {name}\n       " +
                   (" ".join(f"{k}{v:+d}" for k, v in changed) or "the same opcode counts"))
+    for name in sorted(set(counted[-1]) - set(counted[0])):
+        print(f"{sum(counted[-1][name][0].values()):6d} {name}: not in {files[0]}")
     return 0
 
 
