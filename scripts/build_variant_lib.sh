@@ -12,8 +12,8 @@
 # each holds its head dim's kernels whole (the backward's main, preprocess and convert kernels), so a library mixing
 # variant and base instantiations is consistent per head dim. Everything else (host code, the other head dims) is
 # the base build's: only the variant's kernel headers may differ from it. OUT_DIR gets libdash_attn.so and a
-# build.log with ptxas's register / spill lines (-Xptxas -v of the build's flags). Never run it while a ninja of BASE_BUILD_DIR is running (a second
-# ninja process rewrites its deps log).
+# build.log with ptxas's register / spill lines (-Xptxas -v of the build's flags). Never run it while a ninja of
+# BASE_BUILD_DIR is running (a second ninja process rewrites its deps log).
 set -euo pipefail
 [ $# -ge 4 ] || { sed -n 3,16p "$0"; exit 2; }
 base=$(cd "$1" && pwd)
@@ -29,8 +29,7 @@ link=$(printf '%s\n' "$commands" | tail -n 1)
 : >"$out/build.log"
 for name in "$@"; do
   object="CMakeFiles/dash_attn.dir/src/cuda/instantiations/$name.cu.o"
-  compile=$(printf '%s\n' "$commands" | grep -F -- "-o $object " | head -n 1 || true)
-  [ -n "$compile" ] || compile=$(printf '%s\n' "$commands" | grep -F -- "-o $object" | head -n 1 || true)
+  compile=$(printf '%s\n' "$commands" | grep -F -- "-o $object" | head -n 1 || true)
   [ -n "$compile" ] || { echo "no compile command for $object in $base" >&2; exit 1; }
   # The variant's headers replace the base tree's; the dependency file and the object go elsewhere.
   compile=${compile//-I$src_root\//-I$tree\/}
