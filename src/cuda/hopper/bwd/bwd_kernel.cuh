@@ -724,6 +724,13 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       const VisitRecord vis = s.visit[st];
       const int col_base = get<1>(tScS(0));
       Tensor tdQrdQ = make_dq_accumulator();
+      // The visit's dQ block, complete after its GEMM's wait, to the store warps. The record is written by the
+      // warpgroup that stages the visit's rows on time (staggered: the follower; the leader's rows of the same
+      // visit arrive one visit later, and dq_full counts both).
+      auto stage_dq = [&](auto& dq) {
+        warpgroup_fence_operand(dq);  // keep the reads of dQ below the wait
+        hand_off_dq(dq, vis, thread == (Config::kStaggered ? 128 : 0));
+      };
       // This thread's LSE2 and delta (Config::kStatsInRegisters): LSE2 now, before the GEMMs below read shared
       // memory; delta after the exponentials.
       float lse2_reg[Config::kStatCols], delta_reg[Config::kStatCols];
@@ -845,15 +852,23 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         // is handed to the store warps while the dK GEMM still runs, which hides the staging copy and gives the
         // ordered add of a deterministic run a head start on the next visit. Staggered, the leader's rows are those
         // of visit v - 1 (both halves of its dS^T: the follower's arrived above), none at a segment's first visit.
+        // The GEMMs, the wait and the hand-off sit in ONE branch, with the dK GEMM written out in both arms: with
+        // the hand-off in a second `if` on the same condition, the compiler merged tdQrdQ between the two (the
+        // GEMM's result, or undefined on the leader's first visit), materialised the undefined side as zeros and
+        // so cleared 32 registers every visit of the staggered kernel (docs/history/kernel-notes-bwd-wgmma.md,
+        // 2026-12-05 06:18).
         if (!Config::kStaggered || !leader || vi > 0) {
           Tensor tdQrdS_stage = tdQrdS(_, _, _, Config::kStaggered && leader ? previous_stage : st);
           warpgroup_gemm<true, false>(mma_dq, tdQrdS_stage, tdQrKt, tdQrdQ);
+          warpgroup_gemm<false, true>(mma_dk, tdSa, tdKrQt(_, _, _, st), tdKrdK);
+          // WAIT (wgmma): groups complete in commit order (dV, dQ, dK), so at most one pending means dV and dQ are
+          // complete. Only the dK GEMM (accumulator tdKrdK, A registers tdSr) is in flight below: its registers
+          // are not touched until the warpgroup_wait<0> after the hand-off.
+          warpgroup_wait<1>();
+          stage_dq(tdQrdQ);
+        } else {
+          warpgroup_gemm<false, true>(mma_dk, tdSa, tdKrQt(_, _, _, st), tdKrdK);
         }
-        warpgroup_gemm<false, true>(mma_dk, tdSa, tdKrQt(_, _, _, st), tdKrdK);
-        // WAIT (wgmma): groups complete in commit order (dV, dQ, dK), so at most one pending means dV and dQ are
-        // complete. Only the dK GEMM (accumulator tdKrdK, A registers tdSr) is in flight below: its registers
-        // are not touched until the warpgroup_wait<0> after the hand-off.
-        warpgroup_wait<1>();
       } else {
         // WAIT (wgmma): dP^T complete.
         warpgroup_wait<0>();
@@ -883,13 +898,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
         warpgroup_gemm<false, false>(mma_dk, tdKrdSt_stage, tdKrQt(_, _, _, st), tdKrdK);
         // WAIT (wgmma): groups complete in commit order (dQ, dV, dK): at most two pending means dQ is complete.
         warpgroup_wait<2>();
-      }
-      warpgroup_fence_operand(tdQrdQ);  // keep the reads of dQ below the wait
-
-      // The record is written by the warpgroup that stages the visit's rows on time (staggered: the follower;
-      // the leader's rows of the same visit arrive one visit later, and dq_full counts both).
-      if (!Config::kStaggered || !leader || vi > 0) {
-        hand_off_dq(tdQrdQ, vis, thread == (Config::kStaggered ? 128 : 0));
+        stage_dq(tdQrdQ);
       }
 
       // All GEMMs of this visit complete: Q/dO of the stage, sdS (and sPt) and the RS operands are free.
