@@ -67,12 +67,14 @@ struct BwdConfig {
   // Every kExp2PolyEvery-th exponential of P^T on the FMA pipe (exp2_polynomial) instead of MUFU (0: none).
   static constexpr int kExp2PolyEvery = BwdTiles<kHeadDim, kHeadDimV>::kRow.bwd_exp2_poly_every;
   // P^T is converted to Element before the visit's mask branch (a masked visit converts again) where every
-  // exponential is a MUFU.EX2: ptxas then issues the conversions between the MUFU.EX2s. Converted after the branch,
-  // a thread's 32 MUFU.EX2s went back to back and the MMA warps stalled on them 4.5x as often as on FA3's (ncu);
-  // the early conversion measured +1-5% deterministic, +1-9% non-deterministic at head dim 128, neutral at 96. At
-  // head dim 64 the polynomial exponentials already sit between the MUFU.EX2s, and it measured 2-3% slower there
-  // (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-03 06:32).
-  static constexpr bool kConvertBeforeMask = kExp2PolyEvery == 0;
+  // exponential is a MUFU.EX2 and the Q tile has 64 rows: ptxas then issues the conversions between the MUFU.EX2s.
+  // Converted after the branch, a thread's 32 MUFU.EX2s went back to back and the MMA warps stalled on them 4.5x as
+  // often as on FA3's (ncu); the early conversion measured +1-5% deterministic, +1-9% non-deterministic at head dim
+  // 128, neutral at 96 (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-03 06:32). With 128-row tiles (head dim
+  // 64) the early conversion happens while S^T, dP^T, dK and dV hold 192 of the 240 registers: ptxas scattered
+  // the packed P^T and gathered it again with 33-34 moves per visit before the register-A dV GEMM, and the
+  // lock-step kernel spilled 4 bytes; converted after the branch it takes S^T's dead registers (2 moves, no spill).
+  static constexpr bool kConvertBeforeMask = kExp2PolyEvery == 0 && kBlockM == 64;
   // Two layouts of the two MMA warpgroups (file comment): KEY SPLIT (128-key tiles), warpgroup w owns keys
   // [64w, 64w + 64) and all head-dim columns of their dK / dV; COLUMN SPLIT (64-key tiles, head dims 192 / 128 and
   // 256), both own the 64 keys, warpgroup w owns queries [32w, 32w + 32) of S^T / dP^T and half of the head-dim
