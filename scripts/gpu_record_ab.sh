@@ -9,7 +9,7 @@
 #
 # Each call is timed after 0.2 s of itself (record.py's default; --warmup-seconds 0: 3 warm-up calls only).
 # LIBDIR holds a libdash_attn.so (e.g. a build directory, or a folder of carried libraries). Rows go to
-# $OUT/ab-<TAG>.jsonl, the comparison to $OUT/ab-summary.txt.
+# $OUT/ab-<TAG>.jsonl, the comparison to $OUT/ab-summary.txt, the rounds' logs to $OUT/ab-round-logs.tar.gz.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="${OUT:-$root/out}"
@@ -53,3 +53,6 @@ done
 files=()
 for build in "${builds[@]}"; do files+=("$out/ab-${build%%=*}.jsonl"); done
 python3 "$root/bench/record_ab.py" "${files[@]}" | tee "$out/ab-summary.txt"
+# A device call returns at most 8 files from $OUT: the rounds' logs travel as one archive, so that every build's rows
+# and the summary come back with three builds.
+tar -C "$out" -czf "$out/ab-round-logs.tar.gz" $(cd "$out" && ls ab-*-round*.log) && rm -f "$out"/ab-*-round*.log
