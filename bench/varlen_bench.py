@@ -12,8 +12,8 @@ Packs (seeded; the lengths go into every JSON row):
       its sequences.
 FLOPs count the unmasked (query, key) pairs exactly: forward 4 * head_dim * heads_q * sum over sequences of L (L + 1) / 2,
 backward 2.5 times that. cuDNN SDPA takes no varlen input; FA3's kit is built without varlen. --fa4 adds FA4's
-flash_attn_varlen_func (flash_attn.cute, deterministic and not), which must be importable: it needs the two device calls
-of shared/docs/fa4-on-h200.md (scripts/gpu_fa4_site.sh).
+flash_attn_varlen_func (flash_attn.cute, deterministic and not), which must be importable: scripts/fa4_carry.sh and
+the three device calls of scripts/gpu_fa4_site.sh install it.
 
     python3 bench/varlen_bench.py --out varlen.jsonl [--no-flex] [--no-padded] [--fa4] [--schedules LIST] [--commit SHA]
 
