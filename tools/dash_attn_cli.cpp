@@ -234,9 +234,14 @@ int cmd_simulate(Args& args) {
                 fixed(ascending / c.sim.makespan, 3).c_str(), c.plan->header.min_coresident_ctas, computes, reduces,
                 waits, c.plan->note.empty() ? "" : "; ", c.plan->note.c_str());
   }
-  const char* why = s.gqa == dash::GqaMode::AutoNondeterministic && s.problem.group_size() > 1
-                        ? " (offline table; the GQA mode from the whole problem, batch included)"
-                        : " (offline table: the same for any batch, heads or CTA count)";
+  const char* why = s.gqa != dash::GqaMode::AutoNondeterministic
+                        ? " (offline table: the same for any batch, heads or CTA count)"
+                    : s.problem.mask != dash::Mask::Full
+                        ? " (non-deterministic: the balanced plan, one KV tile per item claimed item by item across "
+                          "groups of units, where it fits and packed GQA units do not fill the CTAs; else the table's)"
+                    : s.problem.group_size() > 1
+                        ? " (non-deterministic: the table's plan; the GQA mode from the whole problem, batch included)"
+                        : " (non-deterministic: the table's plan)";
   std::cout << "\nauto picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::Auto) << why
             << "; auto-fastest picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::AutoFastest) << "\n";
   if (svg) {

@@ -129,8 +129,12 @@ typedef struct dash_plan_s* dash_plan_t;
  * gqa_mode: DASH_GQA_SPLIT_HEADS, DASH_GQA_PACK_GROUP, or DASH_GQA_AUTO (auto's offline table picks one; the same
  * choice, and so the same bits per sequence, whatever the batch, head count or num_ctas), or, for a plan that only
  * non-deterministic backwards will run, DASH_GQA_AUTO_NONDETERMINISTIC: packed units wherever the whole problem's
- * packed units (batch x heads_kv x the template's items) fill num_ctas, else split heads. dash_bwd refuses such a
- * plan with deterministic = 1 (DASH_PLAN_NONDETERMINISTIC_ONLY), and dash_plan_create_varlen refuses the mode. */
+ * packed units (batch x heads_kv x the template's items) fill num_ctas; else, with schedule "auto" and a causal or
+ * window mask (MHA too), the balanced plan: split heads, one KV tile per item (the ascending planner's), claimed
+ * item by item across groups of units sized by the L2 (DASH_PLAN_ITEM_MAJOR), so that a group's longest go first,
+ * taken where one group's items fill num_ctas and an item holds 8 visits on average; else split heads. dash_bwd
+ * refuses such a plan with deterministic = 1 (DASH_PLAN_NONDETERMINISTIC_ONLY), and dash_plan_create_varlen refuses
+ * the mode. */
 dash_status dash_plan_create(const dash_problem* problem, const char* schedule, int32_t num_ctas, int32_t gqa_mode,
                              dash_plan_t* out);
 /* dash_plan_create without waiting for a new sequence template's tables: the schedule is resolved as dash_plan_create

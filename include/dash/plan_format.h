@@ -19,7 +19,11 @@
  *   gqa_mode == DASH_GQA_PACK_GROUP: a unit is one (batch, KV head) and covers all group_size query heads;
  *     visits carry head_in_unit, and dK/dV are summed in registers in visit order (no cross-CTA dK/dV adds).
  *       unit u -> b = u / heads_kv, hk = u % heads_kv; a visit's query head is hk * group_size + head_in_unit.
- *   Ticket t -> unit t / items_per_unit, item t % items_per_unit: units are claimed one after another.
+ *   Ticket t -> unit t / items_per_unit, item t % items_per_unit: units are claimed one after another, except
+ *   in a plan with DASH_PLAN_ITEM_MAJOR: there the units form consecutive groups of ticket_group_units (the last
+ *   may be smaller), claimed one group after another, and within a group of n units ticket r (counted from the
+ *   group's first) is item r / n of the group's unit r % n: every unit's first item, then every unit's second, ...
+ *   dash_ticket_unit / dash_ticket_item / dash_ticket_of say it in code.
  *
  * Because every order lives in the unit template, the bits of one sequence depend only on its shape, mask,
  * head dim, GQA group size and planner — never on batch size, head count or batch position.
@@ -71,8 +75,10 @@ typedef enum dash_gqa_mode {
   DASH_GQA_AUTO = 2,        /* requests only (a built plan holds 0 or 1): auto's offline table picks split or
                                pack from the sequence template, so the choice does not depend on the batch */
   DASH_GQA_AUTO_NONDETERMINISTIC = 3 /* requests only, for plans that run non-deterministic backwards: packed units
-                               where their work items fill the CTAs (the whole problem's, batch included), else split
-                               heads. The plan gets DASH_PLAN_NONDETERMINISTIC_ONLY. */
+                               where their work items fill the CTAs (the whole problem's, batch included); else, with
+                               schedule auto and a causal or window mask, the balanced plan (split heads,
+                               DASH_PLAN_ITEM_MAJOR) where it fits; else split heads. The plan gets
+                               DASH_PLAN_NONDETERMINISTIC_ONLY. */
 } dash_gqa_mode;
 
 typedef enum dash_visit_flags {
@@ -89,7 +95,12 @@ typedef enum dash_plan_flags {
   DASH_PLAN_GENERALISED = 1u << 1,
   /* Made with DASH_GQA_AUTO_NONDETERMINISTIC: its GQA mode depends on the batch, so a sequence's bits would too;
    * dash_bwd refuses it with deterministic = 1. Set on the plan's header, never on a shared template's. */
-  DASH_PLAN_NONDETERMINISTIC_ONLY = 1u << 2
+  DASH_PLAN_NONDETERMINISTIC_ONLY = 1u << 2,
+  /* Tickets go item by item across groups of ticket_group_units units (see "Units" above), so that when each
+   * unit's items come longest first, the CTAs claim a group's longest items first and finish together (the
+   * balanced non-deterministic plan of DASH_GQA_AUTO_NONDETERMINISTIC with schedule auto: one KV tile per item).
+   * Set on a plan's header with DASH_PLAN_NONDETERMINISTIC_ONLY only, never on a template or in a pack. */
+  DASH_PLAN_ITEM_MAJOR = 1u << 3
 } dash_plan_flags;
 
 typedef struct dash_problem {
@@ -155,7 +166,7 @@ typedef struct dash_plan_header {
   int32_t num_ctas;            /* CTAs the backward launches (P); any P >= min_coresident_ctas gives the same bits */
   int32_t min_coresident_ctas; /* the wave: CTAs that must run at once; depends on the unit template only */
   int32_t max_visits_per_item;
-  int32_t reserved0;
+  int32_t ticket_group_units; /* DASH_PLAN_ITEM_MAJOR: units per group of the claim order (>= 1); else 0 */
 
   /* Byte offsets from the start of the blob; each table is 16-byte aligned. */
   uint32_t items_offset;              /* dash_item[items_per_unit], in claim order */
@@ -234,6 +245,31 @@ DASH_HOST_DEVICE static inline dash_unit_coords dash_unit_coords_of(const dash_p
                                                                     int32_t unit) {
   return dash_unit_coords_from(h->gqa_mode, h->problem.heads_q, h->problem.heads_kv, h->group_size,
                                group_head_by_rank, unit);
+}
+
+/* Ticket t of a fixed-length plan (flags, ticket_group_units, num_units and items_per_unit of its header): its
+ * unit and its item, and back (see "Units" above). Tickets are below 2^31 (the planner's limit: one 32-bit ticket
+ * counter). One definition for the kernels, the simulator and the tests. */
+DASH_HOST_DEVICE static inline int32_t dash_ticket_group_size(int32_t group, int32_t num_units, int32_t first) {
+  return num_units - first < group ? num_units - first : group;
+}
+DASH_HOST_DEVICE static inline int32_t dash_ticket_unit(uint32_t flags, int32_t group, int32_t num_units,
+                                                       int32_t items_per_unit, int32_t ticket) {
+  if (!(flags & DASH_PLAN_ITEM_MAJOR)) return ticket / items_per_unit;
+  const int32_t first = ticket / (group * items_per_unit) * group;
+  return first + (ticket - first * items_per_unit) % dash_ticket_group_size(group, num_units, first);
+}
+DASH_HOST_DEVICE static inline int32_t dash_ticket_item(uint32_t flags, int32_t group, int32_t num_units,
+                                                       int32_t items_per_unit, int32_t ticket) {
+  if (!(flags & DASH_PLAN_ITEM_MAJOR)) return ticket % items_per_unit;
+  const int32_t first = ticket / (group * items_per_unit) * group;
+  return (ticket - first * items_per_unit) / dash_ticket_group_size(group, num_units, first);
+}
+DASH_HOST_DEVICE static inline int32_t dash_ticket_of(uint32_t flags, int32_t group, int32_t num_units,
+                                                     int32_t items_per_unit, int32_t unit, int32_t item) {
+  if (!(flags & DASH_PLAN_ITEM_MAJOR)) return unit * items_per_unit + item;
+  const int32_t first = unit / group * group;
+  return first * items_per_unit + item * dash_ticket_group_size(group, num_units, first) + (unit - first);
 }
 
 /* Whether the plan's units add dK/dV in group order: split-head GQA (one unit per query head) with more than one query

@@ -17,6 +17,7 @@ DASH_DTYPE_BF16, DASH_DTYPE_FP16, DASH_DTYPE_FP32 = 0, 1, 2
 DASH_MASK_FULL, DASH_MASK_CAUSAL, DASH_MASK_WINDOW = 0, 1, 2
 DASH_GQA_SPLIT_HEADS, DASH_GQA_PACK_GROUP, DASH_GQA_AUTO, DASH_GQA_AUTO_NONDETERMINISTIC = 0, 1, 2, 3
 DASH_PLAN_NONDETERMINISTIC_ONLY = 1 << 2  # dash_plan_flags
+DASH_PLAN_ITEM_MAJOR = 1 << 3
 # dash_check_problem's needs_backward (dash_check_pass): the forward; the forward and the GPU backward (the pair's row
 # must have a backward kernel); the forward and the CPU backend's backward (every row).
 DASH_CHECK_FORWARD, DASH_CHECK_BACKWARD, DASH_CHECK_CPU_BACKWARD = 0, 1, 2
@@ -60,7 +61,7 @@ class PlanHeader(ctypes.Structure):
                 [(name, ctypes.c_int32) for name in (
                     "block_m", "block_n", "num_q_tiles", "num_kv_tiles", "planner", "gqa_mode", "group_size",
                     "heads_per_unit", "num_units", "items_per_unit", "segments_per_unit", "visits_per_unit",
-                    "num_ctas", "min_coresident_ctas", "max_visits_per_item", "reserved0")] +
+                    "num_ctas", "min_coresident_ctas", "max_visits_per_item", "ticket_group_units")] +
                 [(name, ctypes.c_uint32) for name in (
                     "items_offset", "segments_offset", "visits_offset", "dq_count_offset",
                     "group_head_by_rank_offset")] +

@@ -209,12 +209,14 @@ class _BwdShape:
     Either way the plan is made by dash_plan_create_async: a new template's tables are written on a library thread,
     and the first backward queues their copy on its stream rather than waiting for them on the host."""
 
-    def __init__(self, q, k, v, causal, schedule, sm_margin, window, nondeterministic_gqa, in_background=False):
+    def __init__(self, q, k, v, causal, schedule, sm_margin, window, nondeterministic, in_background=False):
         problem = _problem(q, k, v, causal, *window)
-        # A non-deterministic GQA backward promises no batch invariance, so its plan packs the group's heads into one
-        # unit wherever the whole problem's packed units fill the CTAs (DASH_GQA_AUTO_NONDETERMINISTIC); a
-        # deterministic one keeps the offline table's choice per sequence template.
-        gqa_mode = _abi.DASH_GQA_AUTO_NONDETERMINISTIC if nondeterministic_gqa else _abi.DASH_GQA_AUTO
+        # A non-deterministic backward promises no batch invariance, so its plan follows the whole problem
+        # (DASH_GQA_AUTO_NONDETERMINISTIC): a GQA group's heads packed into one unit wherever the packed units fill
+        # the CTAs; else, with schedule "auto" and a causal or window mask, the balanced plan where it fits (one KV
+        # tile per item, claimed item by item across groups of heads, the longest first). A deterministic one keeps
+        # the offline table's choice per sequence template.
+        gqa_mode = _abi.DASH_GQA_AUTO_NONDETERMINISTIC if nondeterministic else _abi.DASH_GQA_AUTO
         self.problem = _abi.problem_values(problem)
         self.dtype = _GPU_DTYPES[q.dtype]
         num_ctas = _num_ctas(q.device, sm_margin)
@@ -256,9 +258,9 @@ def _planning_thread():
 
 
 def _bwd_key(q, k, v, causal, deterministic, schedule, sm_margin, window_left, window_right):
-    # The last field: a non-deterministic GQA backward has a plan of its own (_BwdShape).
+    # The last field: a non-deterministic backward has a plan of its own (_BwdShape).
     return (q.shape, k.shape, v.shape[-1], q.dtype, causal, schedule, q.device.index, sm_margin, window_left,
-            window_right, not deterministic and q.shape[2] != k.shape[2])
+            window_right, not deterministic)
 
 
 _fwd_shapes: dict = {}

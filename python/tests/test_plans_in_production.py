@@ -192,34 +192,62 @@ def test_a_plan_is_built_beside_a_cuda_graph_capture():
     assert plan.header_field("num_q_tiles") == 769 and plan.header_field("num_kv_tiles") == 385
 
 
-# deterministic=False on a GQA problem: the backward's plan is its own (DASH_GQA_AUTO_NONDETERMINISTIC), packed here,
-# where 8 x 8 packed units of 4 items fill the SMs (split heads under DASH_GQA_AUTO); the gradients match the float64
-# reference; the deterministic backward of the same shape keeps the table's plan; and dash_bwd refuses to run the
-# non-deterministic plan deterministically.
+# deterministic=False on a GQA problem without a causal mask (which would take the balanced plan): the backward's plan
+# is its own (DASH_GQA_AUTO_NONDETERMINISTIC), packed here, where 8 x 8 packed units fill the SMs (split heads under
+# DASH_GQA_AUTO); the gradients match the float64 reference; the deterministic backward of the same shape keeps the
+# table's plan; and dash_bwd refuses to run the non-deterministic plan deterministically.
 @pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA GPU and the sm_90a kernels")
 def test_a_nondeterministic_gqa_backward_packs_where_its_units_fill_the_sms():
     from attention_reference import check_against_reference
     q, k, v, dout = inputs("cuda", 8, 1024, 32, 8, 128, torch.bfloat16)
     scale = 128 ** -0.5
-    keys = {det: _torch_ops._bwd_key(q, k, v, True, det, "auto", 0, -1, -1) for det in (True, False)}
+    keys = {det: _torch_ops._bwd_key(q, k, v, False, det, "auto", 0, -1, -1) for det in (True, False)}
     assert keys[True] != keys[False]
     results = {}
     for det in (False, True):
         leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-        out = dash_attn.attention(*leaves, causal=True, deterministic=det)
+        out = dash_attn.attention(*leaves, causal=False, deterministic=det)
         out.backward(dout)
         results[det] = [out.detach()] + [t.grad for t in leaves]
     plans = {det: _torch_ops._bwd_shapes[keys[det]].plan for det in (True, False)}
     assert plans[False].header_field("gqa_mode") == _abi.DASH_GQA_PACK_GROUP, plans[False].note
     only_nondet = _abi.DASH_PLAN_NONDETERMINISTIC_ONLY
     assert plans[False].header_field("flags") & only_nondet, "no DASH_PLAN_NONDETERMINISTIC_ONLY on the non-det plan"
-    assert not plans[True].header_field("flags") & only_nondet
+    assert not plans[False].header_field("flags") & _abi.DASH_PLAN_ITEM_MAJOR, plans[False].note
+    assert not plans[True].header_field("flags") & (only_nondet | _abi.DASH_PLAN_ITEM_MAJOR)
     assert plans[True].header_field("gqa_mode") == _abi.DASH_GQA_SPLIT_HEADS, plans[True].note
-    check_against_reference(results[False], q, k, v, dout, True, scale, torch.bfloat16, label="non-det packed")
-    o, lse = torch.ops.dash_attn.fwd(q, k, v, True, scale, False, "auto")
-    args = _abi.pack_bwd_args(_abi.problem_values(_torch_ops._problem(q, k, v, True)), _abi.DASH_DTYPE_BF16, q, k, v,
+    check_against_reference(results[False], q, k, v, dout, False, scale, torch.bfloat16, label="non-det packed")
+    o, lse = torch.ops.dash_attn.fwd(q, k, v, False, scale, False, "auto")
+    args = _abi.pack_bwd_args(_abi.problem_values(_torch_ops._problem(q, k, v, False)), _abi.DASH_DTYPE_BF16, q, k, v,
                               o, dout, lse.data_ptr(), *(torch.empty_like(t) for t in (q, k, v)), scale)
     workspace = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     status = _abi.LIB.dash_bwd(ctypes.byref(args), plans[False].handle, 1, workspace.data_ptr(), workspace.numel(),
                                torch.cuda.current_stream().cuda_stream)
     assert status != 0 and b"DASH_GQA_AUTO_NONDETERMINISTIC" in _abi.LIB.dash_last_error()
+
+
+# deterministic=False, causal: the balanced plan (split heads, one KV tile per item, claimed item by item across
+# groups of heads, DASH_PLAN_ITEM_MAJOR), against the float64 reference, where a group's KV tiles outnumber the SMs
+# (3 x 12 heads x 8 or 16 KV tiles; GQA 12/4 too), with lengths that end inside a tile; the deterministic backward of
+# the same shape keeps the offline table's plan.
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA GPU and the sm_90a kernels")
+@pytest.mark.parametrize("causal,seqlen,head_dim,heads_kv", [(True, 1000, 128, 12), (True, 2000, 64, 12),
+                                                             (True, 2048, 64, 12), (True, 2048, 128, 4)])
+def test_a_nondeterministic_backward_takes_the_balanced_plan(causal, seqlen, head_dim, heads_kv):
+    from attention_reference import check_against_reference
+    q, k, v, dout = inputs("cuda", 3, seqlen, 12, heads_kv, head_dim, torch.bfloat16)
+    keys = {det: _torch_ops._bwd_key(q, k, v, causal, det, "auto", 0, -1, -1) for det in (True, False)}
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    out = dash_attn.attention(*leaves, causal=causal, deterministic=False)
+    out.backward(dout)
+    plan = _torch_ops._bwd_shapes[keys[False]].plan
+    flags = plan.header_field("flags")
+    assert flags & _abi.DASH_PLAN_ITEM_MAJOR and flags & _abi.DASH_PLAN_NONDETERMINISTIC_ONLY, plan.note
+    assert plan.header_field("items_per_unit") == plan.header_field("num_kv_tiles"), plan.note
+    assert plan.header_field("gqa_mode") == _abi.DASH_GQA_SPLIT_HEADS, plan.note
+    assert 1 <= plan.header_field("ticket_group_units") <= 36, plan.note
+    check_against_reference([out.detach()] + [t.grad for t in leaves], q, k, v, dout, causal, head_dim ** -0.5,
+                            torch.bfloat16, label=f"balanced non-det {plan.note}")
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    dash_attn.attention(*leaves, causal=causal, deterministic=True).backward(dout)
+    assert not _torch_ops._bwd_shapes[keys[True]].plan.header_field("flags") & _abi.DASH_PLAN_ITEM_MAJOR

@@ -152,7 +152,8 @@ class UnitPalette {
   std::string colour(int64_t ticket, double darken) const {
     const int32_t items = plan_.header.items_per_unit;
     if (items <= 0 || ticket < 0 || heads_ <= 0) return of_head(0, 0, darken);
-    const int64_t unit = ticket / items;
+    const dash_plan_header& h = plan_.header;
+    const int64_t unit = dash_ticket_unit(h.flags, h.ticket_group_units, h.num_units, items, int32_t(ticket));
     return of_head(head_of(int32_t(unit % heads_)), int32_t(unit / heads_), darken);
   }
 

@@ -340,6 +340,34 @@ bool gqa_mode_by_problem(const PlanRequest& req) {
   return req.problem.group_size() > 1 && req.gqa_mode == GqaMode::AutoNondeterministic;
 }
 
+// DASH_GQA_AUTO_NONDETERMINISTIC with schedule auto, causal or window mask: the BALANCED non-deterministic plan. A
+// non-deterministic backward has no waits, so only how evenly the CTAs' work ends matters. The lock-step
+// templates' items are equal (several KV tiles each), and where their count is not a multiple of the CTAs the last
+// round leaves CTAs idle (512 items on 132 CTAs: 3%). Here each KV tile is its own item (the ascending planner's
+// template: Q tiles from the diagonal up, as FA3 walks them, so the CTAs of one head add into different dQ tiles),
+// and the tickets go item by item across groups of units (DASH_PLAN_ITEM_MAJOR), longest first. A full mask's KV
+// tiles are all alike, so it keeps the table's plan (whose shifted orders keep CTAs off each other's dQ tiles).
+bool balanced_nondeterministic(const PlanRequest& req) {
+  return req.gqa_mode == GqaMode::AutoNondeterministic && req.schedule.kind == Schedule::Kind::Auto &&
+         req.problem.mask != Mask::Full;
+}
+
+// The balanced plan's group of units: as many as keep their Q, dO and fp32 dQ accumulators within 40 MiB of L2,
+// rounded down to a power of two (FA3's backward sizes the head sections of its LPT grid so; all units at once, on
+// the H100 2026-12-05, ran 0.54-1.00 of the table's plan: 0.77 at head dim 64 2 x 8k causal, 64 units of 2 CTAs
+// each; groups giving 4 rounds of items ran 0.96-1.03). At least one unit, at most all. The rows are the Q tiles'
+// (the accumulator's), so every length of a geometry class gets the same group. `h`: bound (problem, units).
+int32_t balanced_group_units(const dash_plan_header& h) {
+  constexpr int64_t kL2Budget = int64_t(40) << 20;
+  const int64_t rows = int64_t(h.num_q_tiles) * h.block_m;
+  const int64_t head_dim_v = h.problem.head_dim_v ? h.problem.head_dim_v : h.problem.head_dim;
+  const int64_t bytes_per_row = 2 * (h.problem.head_dim + head_dim_v) + 4 * int64_t(h.problem.head_dim);
+  const int64_t bytes_per_unit = rows * std::max(h.heads_per_unit, 1) * bytes_per_row;
+  int64_t group = 1;
+  while (2 * group * bytes_per_unit <= kL2Budget) group *= 2;
+  return int32_t(std::clamp<int64_t>(group, 1, std::max(h.num_units, 1)));
+}
+
 // The candidates a request allows, best first. Named planner: that planner, in the GQA mode requested (for Auto,
 // the table's preference between split and pack for it). auto: the table's list, filtered by the GQA mode.
 // auto-fastest: every allowed pair, ordered by the simulated makespan of the real problem.
@@ -413,13 +441,19 @@ std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape ti
   return out;
 }
 
-dash_plan_header bind_header(const dash_plan_header& template_header, const PlanRequest& req) {
+// `balanced`: the resolution chose the balanced plan (balanced_nondeterministic) with this template.
+dash_plan_header bind_header(const dash_plan_header& template_header, const PlanRequest& req, bool balanced) {
   dash_plan_header h = template_header;
   h.problem = req.problem.to_c();
   h.num_units = req.problem.batch * (h.gqa_mode == DASH_GQA_PACK_GROUP ? req.problem.heads_kv : req.problem.heads_q);
   h.num_ctas = req.num_ctas;
   // The GQA mode chosen by the batch: a sequence's bits would depend on it (dash_bwd refuses a deterministic run).
   if (gqa_mode_by_problem(req)) h.flags |= DASH_PLAN_NONDETERMINISTIC_ONLY;
+  // The balanced plan: its claim order is the problem's (balanced_nondeterministic).
+  if (balanced) {
+    h.flags |= DASH_PLAN_NONDETERMINISTIC_ONLY | DASH_PLAN_ITEM_MAJOR;
+    h.ticket_group_units = balanced_group_units(h);
+  }
   return h;
 }
 
@@ -435,9 +469,10 @@ std::string bound_note(const std::string& note, const std::string& generalised) 
   return out;
 }
 
-BoundPlan bound_plan(std::shared_ptr<const UnitTemplate> unit, const PlanRequest& req, const std::string& note) {
+BoundPlan bound_plan(std::shared_ptr<const UnitTemplate> unit, const PlanRequest& req, const std::string& note,
+                     bool balanced) {
   BoundPlan out;
-  out.header = bind_header(unit->plan.header, req);
+  out.header = bind_header(unit->plan.header, req, balanced);
   out.note = bound_note(note, unit->plan.note);
   out.unit = std::move(unit);
   return out;
@@ -455,9 +490,8 @@ Fetched fetch_template(const TemplateKey& key, bool allow_filling, int32_t num_c
 }
 
 int32_t fetched_wave(const Fetched& f) { return f.unit ? f.unit->wave : f.layout->wave_bound; }
-int32_t fetched_items_per_unit(const Fetched& f) {
-  return f.unit ? f.unit->plan.header.items_per_unit : f.layout->header.items_per_unit;
-}
+const dash_plan_header& fetched_header(const Fetched& f) { return f.unit ? f.unit->plan.header : f.layout->header; }
+int32_t fetched_items_per_unit(const Fetched& f) { return fetched_header(f).items_per_unit; }
 
 // ---- The resolution memo (plan_internal.hpp) ----
 
@@ -496,6 +530,7 @@ struct Skipped {
 struct Resolution {
   std::vector<Skipped> skipped;
   TemplateKey chosen;
+  bool balanced = false;  // the chosen template runs as the balanced plan (bind_header)
   std::string note;
 };
 
@@ -509,9 +544,10 @@ ResolutionMemo& resolution_memo() {
 std::atomic<int64_t> g_resolution_hits{0};
 std::atomic<int64_t> g_resolution_misses{0};
 
-// A resolution's outcome: the template it chose and its note up to the choice.
+// A resolution's outcome: the template it chose, whether as the balanced plan, and its note up to the choice.
 struct Resolved {
   Fetched chosen;
+  bool balanced;
   std::string note;
 };
 
@@ -525,7 +561,7 @@ std::optional<Resolved> replay(const Resolution& r, const PlanRequest& req, bool
   }
   Fetched chosen = fetch_template(r.chosen, allow_filling, req.num_ctas);
   if (fetched_wave(chosen) > req.num_ctas) return std::nullopt;
-  return Resolved{std::move(chosen), r.note};
+  return Resolved{std::move(chosen), r.balanced, r.note};
 }
 
 } // namespace
@@ -653,11 +689,26 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
     note = req.schedule.kind == Schedule::Kind::AutoFastest ? "auto-fastest (simulated on this problem)"
            : req.schedule.kind == Schedule::Kind::Auto      ? "auto (offline table)"
                                                              : "GQA mode auto (offline table)";
+    if (balanced_nondeterministic(req))
+      note += ", the balanced non-deterministic plan where it fits (one KV tile per item, claimed item by item across "
+              "groups of units sized by the L2)";
     if (pack_by_items) note += ", GQA packed where its work items fill the CTAs (non-deterministic only)";
     note += " on " + std::to_string(req.num_ctas) + " CTAs";
   }
   const Problem representative = geometry_representative(req.problem, tiles);  // the key's lengths, every candidate's
+  // The balanced plan runs in split heads, ahead of the table's split candidates and behind its packed ones: on the
+  // H200 (2026-12-05) the balanced split plan ran 0.81 / 0.90 / 0.95 of the packed table plan at 32/8 heads 1k / 2k /
+  // 4k causal (1.02 at 2 x 8k). Packed balanced units would rarely fill the CTAs (below): one packed unit of 4-7
+  // heads takes most of the L2 budget alone. In split heads a group's consecutive units are the query heads that
+  // share a KV head, so they read its K and V from the L2 at the same time.
+  std::vector<std::pair<Candidate, bool>> order;  // (candidate, as the balanced plan)
   for (const Candidate& c : requested_candidates(req, tiles, note)) {
+    const bool first_split = c.mode == GqaMode::SplitHeads && (order.empty() || order.back().first.mode != c.mode);
+    if (first_split && balanced_nondeterministic(req))
+      order.push_back({{GqaMode::SplitHeads, Planner::Ascending}, true});
+    order.push_back({c, false});
+  }
+  for (const auto& [c, balanced] : order) {
     if (const auto violation = plan_limit_violation(req.problem, tiles, c.mode, req.num_ctas)) {
       if (!automatic) throw Error(violation->field, violation->message);
       note += "; " + candidate_name(c, grouped) + " skipped (" + violation->message + ")";
@@ -677,7 +728,28 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
       record->skipped.push_back({key, SkipReason::Wave});
       continue;
     }
-    if (pack_by_items && c.mode == GqaMode::PackGroup) {
+    if (balanced) {
+      // Taken where one group of units holds an item for every CTA (else the end is ragged: the greedy model ends
+      // 12-28% late with one packed unit of 64 items), and where an item holds 8 visits on average: shorter ones
+      // cost a ticket, a prologue and a dK/dV epilogue per KV tile, which the table's several-tile items share (on
+      // the H200, 2026-12-05, head dim 64 causal: 0.96 / 0.97 at 512 / 1k, 2.5 / 4.5 visits per item; 1.00-1.03 from
+      // 2k, 8.5; head dim 128: 1.00 at 512, 5; 1.01-1.04 from 1k, 9).
+      constexpr int32_t kMinVisitsPerItem = 8;
+      const dash_plan_header bound = bind_header(fetched_header(fetched), req, true);
+      const int64_t group_items = int64_t(bound.ticket_group_units) * bound.items_per_unit;
+      std::string why;
+      if (group_items < req.num_ctas)
+        why = "a group of " + std::to_string(bound.ticket_group_units) + " unit(s) has " +
+              std::to_string(group_items) + " work items for " + std::to_string(req.num_ctas) + " CTAs";
+      else if (bound.visits_per_unit < int64_t(kMinVisitsPerItem) * bound.items_per_unit)
+        why = std::to_string(bound.visits_per_unit) + " visits over " + std::to_string(bound.items_per_unit) +
+              " items, under " + std::to_string(kMinVisitsPerItem) + " each";
+      if (!why.empty()) {
+        note += "; balanced " + candidate_name(c, grouped) + " skipped (" + why + ")";
+        record->skipped.push_back({key, SkipReason::Items});
+        continue;
+      }
+    } else if (pack_by_items && c.mode == GqaMode::PackGroup) {
       // Packed units are faster wherever they keep every CTA busy, and slower where they leave some idle (issue 14,
       // 2026-12-04: +13% at 32/8 heads, 8 x 2k; -1.5% at 28/4, 2 x 8k with 128 items on 132 CTAs). The first packed
       // candidate that runs decides for all: another planner's packed items never outrank the table's split order.
@@ -692,16 +764,17 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
       }
     }
     if (automatic) {
-      note += "; chose ";
+      note += balanced ? "; chose balanced " : "; chose ";
       append_candidate_name(note, c, grouped);
     }
     record->chosen = key;
+    record->balanced = balanced;
     record->note = std::move(note);
     if (memoise) {
       g_resolution_misses.fetch_add(1, std::memory_order_relaxed);
       resolution_memo().insert(memo_key, record);
     }
-    return Resolved{std::move(fetched), record->note};
+    return Resolved{std::move(fetched), record->balanced, record->note};
   }
   throw Error("schedule", "no planner can run this problem" + note);
 }
@@ -710,20 +783,20 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
 
 BoundPlan plan_for(const PlanRequest& req) {
   Resolved r = resolve(req, false);
-  return bound_plan(std::move(r.chosen.unit), req, r.note);
+  return bound_plan(std::move(r.chosen.unit), req, r.note, r.balanced);
 }
 
 AsyncBoundPlan plan_for_async(const PlanRequest& req) {
   Resolved r = resolve(req, true);
   AsyncBoundPlan out;
   if (r.chosen.unit != nullptr) {
-    BoundPlan bound = bound_plan(std::move(r.chosen.unit), req, r.note);
+    BoundPlan bound = bound_plan(std::move(r.chosen.unit), req, r.note, r.balanced);
     out.unit = std::move(bound.unit);
     out.header = bound.header;
     out.note = std::move(bound.note);
     return out;
   }
-  out.header = bind_header(r.chosen.layout->header, req);
+  out.header = bind_header(r.chosen.layout->header, req, r.balanced);
   out.note = bound_note(r.note, r.chosen.layout->note);
   out.layout = std::move(r.chosen.layout);
   out.tables = std::move(r.chosen.tables);
@@ -799,6 +872,12 @@ std::string describe_plan(const Plan& plan, int32_t max_items, int32_t max_q_til
   s << "  units          " << h.num_units << " (" << (plan.gqa_mode() == GqaMode::PackGroup ? "one per KV head, " : "one per query head, ")
     << h.heads_per_unit << " head(s) each); " << h.items_per_unit << " items, " << h.visits_per_unit
     << " visits per unit\n";
+  s << "  tickets        "
+    << ((h.flags & DASH_PLAN_ITEM_MAJOR)
+            ? "item by item across groups of " + std::to_string(h.ticket_group_units) +
+                  " units (each unit's item 0, then item 1, ...; then the next group)"
+            : std::string("unit by unit (all of unit 0's items, then unit 1's, ...)"))
+    << "\n";
   s << "  CTAs           " << h.num_ctas << " launched; its waits need " << h.min_coresident_ctas
     << " of them running at once"
     << ((h.flags & DASH_PLAN_WAITS_ONLY_BACKWARD) ? " (waits only on earlier tickets)" : " (its largest wave)") << "\n";

@@ -279,8 +279,8 @@ class Simulation {
     const Instant claim = gated ? later(cta.ready, cta.last_wait_satisfied) : cta.ready;
     add_wait(c, cta.ready.time, claim.time, cta.ticket, -1);
     cta.ticket = next_ticket_++;
-    cta.unit = int32_t(cta.ticket / h_.items_per_unit);
-    cta.item = int32_t(cta.ticket % h_.items_per_unit);
+    cta.unit = dash_ticket_unit(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, int32_t(cta.ticket));
+    cta.item = dash_ticket_item(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, int32_t(cta.ticket));
     cta.segment_pos = 0;
     cta.ready = claim;
     enter_segment(c);
@@ -429,7 +429,7 @@ class Simulation {
         for (int32_t v = seg.first_visit; v < seg.first_visit + seg.num_visits; ++v) {
           const dash_visit& other = plan_.visits[v];
           if (other.q_tile == like.q_tile && other.head_in_unit == like.head_in_unit && other.dq_rank == rank)
-            return int64_t(unit) * h_.items_per_unit + i;
+            return dash_ticket_of(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, unit, i);
         }
       }
     }
@@ -451,10 +451,12 @@ class Simulation {
     out << "CTA " << c << ": ";
     if (cta.buffer == BufferState::WaitingTurn) {
       const dash_visit& v = plan_.visits[cta.pending_visit];
-      const int32_t unit = int32_t(cta.pending_ticket / h_.items_per_unit);
+      const int32_t ticket = int32_t(cta.pending_ticket);
+      const int32_t unit = dash_ticket_unit(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, ticket);
+      const int32_t item = dash_ticket_item(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, ticket);
       const uint32_t at = dq_[cta.pending_accumulator].next_rank;
-      out << "ticket " << cta.pending_ticket << " (unit " << unit << ", item "
-          << cta.pending_ticket % h_.items_per_unit << ") visit " << cta.pending_visit
+      out << "ticket " << cta.pending_ticket << " (unit " << unit << ", item " << item << ") visit "
+          << cta.pending_visit
           << " waits for dQ accumulator (unit " << unit << ", head " << int(v.head_in_unit) << ", q_tile "
           << v.q_tile << ") to reach rank " << cta.pending_rank << "; it is at rank " << at
           << ", whose visit is in " << who_holds(ticket_holding_rank(unit, v, at));

@@ -213,17 +213,23 @@ TEST(PlanForMemo, MatchesTheUnmemoisedResolution) {
 }
 
 // The non-deterministic GQA request packs or splits by the whole problem (batch x KV heads x the packed template's
-// items against P): its memo entry replays either choice, item skips included, as resolving afresh does.
+// items against P), and takes the balanced plan or not by the whole problem too (a group of units' items against
+// P): its memo entry replays each choice, item skips included, as resolving afresh does.
 TEST(PlanForMemo, ReplaysTheNondeterministicGqaChoiceBothWays) {
   dash::clear_template_cache();
   struct Case {
     dash::Problem problem;
     GqaMode expected;
+    bool balanced;
   };
-  // 32 / 8 heads at 8 x 1k: 64 packed units of 4 items fill 132 CTAs (the GPU test's problem); 28 / 4 at 2 x 8k: 8
-  // packed units of 16 items leave 4 CTAs idle, so heads are split (issue 14's measurement, 2026-12-04).
-  const std::vector<Case> cases = {{make_problem(1024, 1024, Mask::Causal, 32, 8, 8), GqaMode::PackGroup},
-                                   {make_problem(8192, 8192, Mask::Causal, 28, 4, 2), GqaMode::SplitHeads}};
+  // Full masks take the table's plan: 32 / 8 heads at 8 x 1k, 64 packed units fill 132 CTAs (the GPU test's
+  // problem); 28 / 4 at 2 x 8k, 8 packed units of 16 items leave 4 CTAs idle, so heads are split (issue 14's
+  // measurement, 2026-12-04). Causal ones whose packed units leave CTAs idle take the balanced plan where a group of
+  // units fills the CTAs (2 x 8k at 28 / 4: 4 units of 64 KV tiles), else the table's (1 x 2k at 4 / 2: 4 of 16).
+  const std::vector<Case> cases = {{make_problem(1024, 1024, Mask::Full, 32, 8, 8), GqaMode::PackGroup, false},
+                                   {make_problem(8192, 8192, Mask::Full, 28, 4, 2), GqaMode::SplitHeads, false},
+                                   {make_problem(8192, 8192, Mask::Causal, 28, 4, 2), GqaMode::SplitHeads, true},
+                                   {make_problem(2048, 2048, Mask::Causal, 4, 2, 1), GqaMode::SplitHeads, false}};
   for (const Case& c : cases) {
     const dash::PlanRequest req{c.problem, dash::Schedule::parse("auto"), 132, {}, GqaMode::AutoNondeterministic,
                                 nullptr};
@@ -242,7 +248,8 @@ TEST(PlanForMemo, ReplaysTheNondeterministicGqaChoiceBothWays) {
     expect_same(fresh, second, c.problem.describe() + " (repeat)");
     EXPECT_EQ(after.resolution_misses - before.resolution_misses, 1) << c.problem.describe();
     EXPECT_EQ(after.resolution_hits - before.resolution_hits, 1) << c.problem.describe();
-    if (c.expected == GqaMode::SplitHeads)
+    EXPECT_EQ((fresh.plan.header.flags & DASH_PLAN_ITEM_MAJOR) != 0, c.balanced) << fresh.plan.note;
+    if (c.expected == GqaMode::SplitHeads && !c.balanced)
       EXPECT_NE(fresh.plan.note.find("pack skipped"), std::string::npos) << fresh.plan.note;
   }
 }

@@ -2,6 +2,8 @@
 // Planners: validity over planner x mask x shape x GQA x SM count, the published orders, invariance, blobs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -317,10 +319,11 @@ TEST(Planners, AutoGqaModeWithoutAGroupIsSplitAndAutoIsNeverAPlanMode) {
   }
 }
 
-// DASH_GQA_AUTO_NONDETERMINISTIC: packed units wherever the whole problem's packed work items fill the CTAs (the
-// H200 measured them +13% at 32/8 heads, 8 x 2k), else split heads (-1.5% packed at 28/4, 2 x 8k, whose 8 packed
-// units give 128 items for 132 CTAs). The choice depends on the batch, so the plan says it runs no deterministic
-// backward; DASH_GQA_AUTO stays the table's per-template choice, without the flag.
+// DASH_GQA_AUTO_NONDETERMINISTIC where the table's plan runs (a full mask; the balanced plan's fallback): packed
+// units wherever the whole problem's packed work items fill the CTAs (the H200 measured them +13% at 32/8 heads,
+// 8 x 2k causal), else split heads (-1.5% packed at 28/4, 2 x 8k causal, whose 8 packed units gave 128 items for 132
+// CTAs). The choice depends on the batch, so the plan says it runs no deterministic backward; DASH_GQA_AUTO stays
+// the table's per-template choice, without the flag.
 TEST(Planners, AutoNondeterministicGqaPacksWhereThePackedItemsFillTheCtas) {
   struct Case { int batch, seqlen, heads_q, heads_kv; dash::GqaMode expected; };
   const std::vector<Case> cases = {{8, 2048, 32, 8, dash::GqaMode::PackGroup},
@@ -328,13 +331,14 @@ TEST(Planners, AutoNondeterministicGqaPacksWhereThePackedItemsFillTheCtas) {
                                    {2, 8192, 28, 4, dash::GqaMode::SplitHeads},
                                    {1, 2048, 32, 8, dash::GqaMode::SplitHeads}};
   for (const Case& c : cases) {
-    const auto p = make_problem(c.seqlen, c.seqlen, dash::Mask::Causal, c.heads_q, c.heads_kv, c.batch);
+    const auto p = make_problem(c.seqlen, c.seqlen, dash::Mask::Full, c.heads_q, c.heads_kv, c.batch);
     const dash::Plan plan =
         dash::build_plan({p, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::AutoNondeterministic, nullptr});
     const std::string label = std::to_string(c.batch) + " x " + std::to_string(c.seqlen) + ", " +
                               std::to_string(c.heads_q) + "/" + std::to_string(c.heads_kv) + ": " + plan.note;
     EXPECT_EQ(plan.gqa_mode(), c.expected) << label;
     EXPECT_TRUE(plan.header.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) << label;
+    EXPECT_FALSE(plan.header.flags & DASH_PLAN_ITEM_MAJOR) << label;
     // The rule, recomputed from the plan that packing would give: its items against the CTAs.
     const dash::Plan packed =
         dash::build_plan({p, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::PackGroup, nullptr});
@@ -346,12 +350,105 @@ TEST(Planners, AutoNondeterministicGqaPacksWhereThePackedItemsFillTheCtas) {
     EXPECT_FALSE(table.header.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) << label;
     EXPECT_TRUE(dash::validate_plan(plan, 132).ok) << label;
   }
-  // Without a group there is one mode, and the plan keeps no flag (its bits do not depend on the batch).
+  // Without a group there is one mode; a named schedule keeps its plan, without the flag.
   const auto mha = make_problem(2048, 2048, dash::Mask::Causal, 8, 8, 4);
   const dash::Plan plan =
-      dash::build_plan({mha, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::AutoNondeterministic, nullptr});
+      dash::build_plan({mha, dash::Schedule::parse("shift"), 132, {}, dash::GqaMode::AutoNondeterministic, nullptr});
   EXPECT_EQ(plan.gqa_mode(), dash::GqaMode::SplitHeads);
-  EXPECT_FALSE(plan.header.flags & DASH_PLAN_NONDETERMINISTIC_ONLY);
+  EXPECT_EQ(plan.planner(), Planner::Shift);
+  EXPECT_FALSE(plan.header.flags & (DASH_PLAN_NONDETERMINISTIC_ONLY | DASH_PLAN_ITEM_MAJOR));
+}
+
+// The balanced non-deterministic plan (DASH_GQA_AUTO_NONDETERMINISTIC, schedule auto, a causal or window mask): the
+// ascending planner's template in split heads, one KV tile per item, claimed item by item across groups of units
+// (the most, a power of two, whose Q tiles' rows of Q, dO and fp32 dQ accumulator fit 40 MiB: 1 KiB per row at head
+// dim 128). Within a group the claim order is then the group's items longest first; every (unit, item) has one
+// ticket, and the ticket functions of plan_format.h invert each other; the simulator runs it to the end. Where one
+// group's items are fewer than the CTAs, and with a full mask, the table's plan runs instead.
+TEST(Planners, BalancedNondeterministicPlanClaimsEachGroupsLongestItemsFirst) {
+  struct Case { dash::Problem problem; int32_t group; };
+  // Bytes per unit: 2 MiB, 8 MiB, 8 MiB (GQA 28/4 in split heads, as every balanced plan: its 8 packed units leave
+  // CTAs idle), 1 MiB (32 units fit; there are 12), 3 MiB (3008 rows).
+  const std::vector<Case> cases = {{make_problem(2048, 2048, dash::Mask::Causal, 8, 8, 3), 16},
+                                   {make_problem(8192, 8192, dash::Mask::Causal, 32, 32, 2), 4},
+                                   {make_problem(8192, 8192, dash::Mask::Causal, 28, 4, 2), 4},
+                                   {make_problem(1000, 1500, dash::Mask::Causal, 6, 2, 2), 12},
+                                   {[] {
+                                      auto p = make_problem(3000, 3000, dash::Mask::Window, 4, 4, 5);
+                                      p.window_left = 1000;
+                                      p.window_right = 0;
+                                      return p;
+                                    }(), 8}};
+  for (const Case& c : cases) {
+    const dash::Plan plan = dash::build_plan(
+        {c.problem, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::AutoNondeterministic, nullptr});
+    const std::string label = c.problem.describe() + ": " + plan.note;
+    const dash_plan_header& h = plan.header;
+    EXPECT_EQ(plan.planner(), Planner::Ascending) << label;
+    EXPECT_EQ(plan.gqa_mode(), dash::GqaMode::SplitHeads) << label;
+    EXPECT_GE(int64_t(h.ticket_group_units) * h.items_per_unit, 132) << label;
+    EXPECT_TRUE(h.flags & DASH_PLAN_ITEM_MAJOR) << label;
+    EXPECT_TRUE(h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) << label;
+    EXPECT_EQ(h.items_per_unit, h.num_kv_tiles) << label;
+    EXPECT_EQ(h.ticket_group_units, c.group) << label;
+    EXPECT_NE(plan.note.find("balanced"), std::string::npos) << label;
+    EXPECT_TRUE(dash::validate_plan(plan, 132).ok) << label;
+    auto visits_of = [&](int32_t item) {
+      const dash_item& it = plan.items[size_t(item)];
+      int32_t n = 0;
+      for (int32_t s = it.first_segment; s < it.first_segment + it.num_segments; ++s)
+        n += plan.segments[size_t(s)].num_visits;
+      return n;
+    };
+    const int32_t g = h.ticket_group_units, items = h.items_per_unit;
+    int32_t previous = INT32_MAX;
+    std::vector<int> seen(size_t(h.num_units) * size_t(items), 0);
+    for (int32_t t = 0; t < h.num_units * items; ++t) {
+      const int32_t unit = dash_ticket_unit(h.flags, g, h.num_units, items, t);
+      const int32_t item = dash_ticket_item(h.flags, g, h.num_units, items, t);
+      ASSERT_TRUE(unit >= 0 && unit < h.num_units && item >= 0 && item < items) << label << ", ticket " << t;
+      ASSERT_EQ(dash_ticket_of(h.flags, g, h.num_units, items, unit, item), t) << label;
+      ASSERT_EQ(unit / g, t / (g * items)) << label << ": ticket " << t << " outside its unit's group";
+      ++seen[size_t(unit) * size_t(items) + size_t(item)];
+      if (t % (g * items) == 0) previous = INT32_MAX;  // a new group
+      EXPECT_LE(visits_of(item), previous) << label << ", ticket " << t;
+      previous = visits_of(item);
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), std::ptrdiff_t(seen.size())) << label;
+    const dash::SimResult sim =
+        dash::simulate(plan, 132, dash::CostModel::for_problem(c.problem, {h.block_m, h.block_n}));
+    EXPECT_FALSE(sim.deadlocked) << label;
+  }
+  const auto full = make_problem(2048, 2048, dash::Mask::Full, 8, 8, 3);
+  const dash::Plan table =
+      dash::build_plan({full, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::AutoNondeterministic, nullptr});
+  EXPECT_FALSE(table.header.flags & (DASH_PLAN_ITEM_MAJOR | DASH_PLAN_NONDETERMINISTIC_ONLY)) << table.note;
+  EXPECT_EQ(table.header.ticket_group_units, 0);
+  // 4 units (1 x 2k, 4/2 heads) of 16 KV tiles: 64 items for 132 CTAs, so the table's plan, whose lock-step items
+  // cover the heads in shifted orders; the note says why.
+  const auto few = make_problem(2048, 2048, dash::Mask::Causal, 4, 2, 1);
+  const dash::Plan fallback =
+      dash::build_plan({few, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::AutoNondeterministic, nullptr});
+  EXPECT_FALSE(fallback.header.flags & DASH_PLAN_ITEM_MAJOR) << fallback.note;
+  EXPECT_EQ(fallback.header.ticket_group_units, 0);
+  const std::string why = "balanced split ascending skipped (a group of 4 unit(s) has 64 work items for 132 CTAs)";
+  EXPECT_NE(fallback.note.find(why), std::string::npos)
+      << fallback.note;
+  // Items of under 8 visits on average (head dim 64, 1k causal: 8 Q tiles of 128 rows, 8 KV tiles, 36 visits): the
+  // table's plan; from 16 Q tiles (2k) the balanced one. A GQA problem whose packed units fill the CTAs packs.
+  struct Kept { dash::Problem problem; bool balanced; const char* why; };
+  const std::vector<Kept> kept = {
+      {make_problem(1024, 1024, dash::Mask::Causal, 32, 32, 16, 64), false, "36 visits over 8 items, under 8 each"},
+      {make_problem(2048, 2048, dash::Mask::Causal, 32, 32, 8, 64), true, ""},
+      {make_problem(4096, 4096, dash::Mask::Causal, 32, 8, 4), false, ""}};
+  for (const Kept& k : kept) {
+    const dash::Plan plan = dash::build_plan(
+        {k.problem, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::AutoNondeterministic, nullptr});
+    const std::string label = k.problem.describe() + ": " + plan.note;
+    EXPECT_EQ((plan.header.flags & DASH_PLAN_ITEM_MAJOR) != 0, k.balanced) << label;
+    EXPECT_NE(plan.note.find(k.why), std::string::npos) << label;
+    if (k.problem.group_size() > 1) EXPECT_EQ(plan.gqa_mode(), dash::GqaMode::PackGroup) << label;
+  }
 }
 
 // ---- flags and serialisation ----

@@ -56,6 +56,8 @@ struct BwdParams {
   // Plan (device copy of the blob): a fixed-length plan's one unit template (varlen: `templates` below instead).
   BwdTemplate fixed;
   int32_t num_tickets;
+  int32_t num_units;    // of the fixed-length plan (its tickets: dash_ticket_unit / dash_ticket_item)
+  int32_t ticket_group_units;  // its header's (DASH_PLAN_ITEM_MAJOR)
   int32_t plan_flags;   // dash_plan_flags
   int32_t num_q_tiles, num_kv_tiles;
 

@@ -63,6 +63,8 @@ BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t d
                                h.num_q_tiles};
   }
   params.num_tickets = int32_t(int64_t(h.num_units) * h.items_per_unit);
+  params.num_units = h.num_units;
+  params.ticket_group_units = h.ticket_group_units;
   params.plan_flags = int32_t(h.flags);
   params.num_q_tiles = h.num_q_tiles;
   params.num_kv_tiles = h.num_kv_tiles;
