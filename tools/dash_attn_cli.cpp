@@ -101,8 +101,11 @@ std::string chosen_by(const Shape& s, int32_t ctas, const dash::CostModel& cost,
   try {
     dash::PlanRequest req{s.problem, {kind, dash::Planner::Ascending}, ctas, s.tiles, s.gqa, &cost};
     const dash::Plan plan = dash::build_plan(req);
-    if (!dash::is_auto(s.gqa)) return dash::planner_name(plan.planner());
-    return std::string(dash::planner_name(plan.planner())) + " (gqa " + dash::gqa_mode_name(plan.gqa_mode()) + ")";
+    // The balanced non-deterministic plan runs the ascending template in its own claim order (DASH_PLAN_ITEM_MAJOR).
+    const std::string name = std::string((plan.header.flags & DASH_PLAN_ITEM_MAJOR) ? "balanced " : "") +
+                              dash::planner_name(plan.planner());
+    if (!dash::is_auto(s.gqa)) return name;
+    return name + " (gqa " + dash::gqa_mode_name(plan.gqa_mode()) + ")";
   } catch (const Error& e) {
     return std::string("error: ") + e.what();
   }
@@ -238,7 +241,8 @@ int cmd_simulate(Args& args) {
                         ? " (offline table: the same for any batch, heads or CTA count)"
                     : s.problem.mask != dash::Mask::Full
                         ? " (non-deterministic: the balanced plan, one KV tile per item claimed item by item across "
-                          "groups of units, where it fits and packed GQA units do not fill the CTAs; else the table's)"
+                          "groups of units, where it fits and packed GQA units do not fill the CTAs; else the table's; "
+                          "the rows above are the named plans)"
                     : s.problem.group_size() > 1
                         ? " (non-deterministic: the table's plan; the GQA mode from the whole problem, batch included)"
                         : " (non-deterministic: the table's plan)";
