@@ -848,6 +848,13 @@ Plan Plan::from_blob(const uint8_t* data, size_t size) {
   if (h.items_per_unit < 0 || h.segments_per_unit < 0 || h.visits_per_unit < 0 || h.heads_per_unit < 1 ||
       h.num_q_tiles < 0 || h.group_size < 1)
     throw Error("plan", "negative table size in header");
+  // The claim order decodes tickets with ticket_group_units (a division): a group of at least one unit, and only
+  // on the plans that have one (dash_ticket_unit).
+  if ((h.flags & DASH_PLAN_ITEM_MAJOR) ? h.ticket_group_units < 1 || !(h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY)
+                                       : h.ticket_group_units != 0)
+    throw Error("plan", "ticket_group_units " + std::to_string(h.ticket_group_units) +
+                            " does not match the flags (DASH_PLAN_ITEM_MAJOR, with DASH_PLAN_NONDETERMINISTIC_ONLY, "
+                            "needs >= 1; otherwise 0)");
   auto read = [&](uint32_t at, size_t count, size_t elem, auto& out) {
     const uint64_t bytes = uint64_t(count) * elem;
     if (at % kAlign != 0 || uint64_t(at) + bytes > size) throw Error("plan", "table outside the blob");

@@ -279,8 +279,8 @@ class Simulation {
     const Instant claim = gated ? later(cta.ready, cta.last_wait_satisfied) : cta.ready;
     add_wait(c, cta.ready.time, claim.time, cta.ticket, -1);
     cta.ticket = next_ticket_++;
-    cta.unit = dash_ticket_unit(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, int32_t(cta.ticket));
-    cta.item = dash_ticket_item(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, int32_t(cta.ticket));
+    cta.unit = unit_of(cta.ticket);
+    cta.item = item_of(cta.ticket);
     cta.segment_pos = 0;
     cta.ready = claim;
     enter_segment(c);
@@ -451,13 +451,10 @@ class Simulation {
     out << "CTA " << c << ": ";
     if (cta.buffer == BufferState::WaitingTurn) {
       const dash_visit& v = plan_.visits[cta.pending_visit];
-      const int32_t ticket = int32_t(cta.pending_ticket);
-      const int32_t unit = dash_ticket_unit(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, ticket);
-      const int32_t item = dash_ticket_item(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, ticket);
+      const int32_t unit = unit_of(cta.pending_ticket);
       const uint32_t at = dq_[cta.pending_accumulator].next_rank;
-      out << "ticket " << cta.pending_ticket << " (unit " << unit << ", item " << item << ") visit "
-          << cta.pending_visit
-          << " waits for dQ accumulator (unit " << unit << ", head " << int(v.head_in_unit) << ", q_tile "
+      out << "ticket " << cta.pending_ticket << " (unit " << unit << ", item " << item_of(cta.pending_ticket)
+          << ") visit " << cta.pending_visit << " waits for dQ accumulator (unit " << unit << ", head " << int(v.head_in_unit) << ", q_tile "
           << v.q_tile << ") to reach rank " << cta.pending_rank << "; it is at rank " << at
           << ", whose visit is in " << who_holds(ticket_holding_rank(unit, v, at));
       if (cta.state == ComputeState::Holding) out << "; its compute stream holds the next partial";
@@ -526,6 +523,14 @@ class Simulation {
         r.spans.push_back({s.cta, s.kind, s.start, s.end, s.ticket, s.visit});
     }
     return r;
+  }
+
+  // A ticket's unit and item in the plan's claim order (plan_format.h's one definition).
+  int32_t unit_of(int64_t ticket) const {
+    return dash_ticket_unit(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, int32_t(ticket));
+  }
+  int32_t item_of(int64_t ticket) const {
+    return dash_ticket_item(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, int32_t(ticket));
   }
 
   const Plan& plan_;

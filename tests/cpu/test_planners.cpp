@@ -473,6 +473,26 @@ TEST(Planners, BlobRoundTripsAndRejectsCorruption) {
   auto bad_offset = blob;
   reinterpret_cast<dash_plan_header*>(bad_offset.data())->visits_offset = uint32_t(blob.size());
   EXPECT_THROW(dash::Plan::from_blob(bad_offset.data(), bad_offset.size()), dash::Error);
+  // The item-major claim order's group: at least 1 with the flag (it divides), 0 without it.
+  auto set_order = [&](uint32_t flags, int32_t group) {
+    auto b = blob;
+    auto* h = reinterpret_cast<dash_plan_header*>(b.data());
+    h->flags |= flags;
+    h->ticket_group_units = group;
+    return b;
+  };
+  const uint32_t item_major = DASH_PLAN_ITEM_MAJOR | DASH_PLAN_NONDETERMINISTIC_ONLY;
+  for (const auto& bad : {set_order(item_major, 0), set_order(DASH_PLAN_ITEM_MAJOR, 4), set_order(0, 4)}) {
+    try {
+      dash::Plan::from_blob(bad.data(), bad.size());
+      ADD_FAILURE() << "accepted a bad ticket order";
+    } catch (const dash::Error& e) {
+      EXPECT_EQ(e.argument(), "plan");
+      EXPECT_NE(std::string(e.what()).find("ticket_group_units"), std::string::npos) << e.what();
+    }
+  }
+  const auto good = set_order(item_major, 4);
+  EXPECT_EQ(dash::Plan::from_blob(good.data(), good.size()).header.ticket_group_units, 4);
 }
 
 TEST(Planners, UnknownScheduleAndBadArgumentsAreNamed) {
