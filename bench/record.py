@@ -409,7 +409,9 @@ def main():
             same, errs = checks[impl.key]
             row = timing_row(env, case, impl, round(statistics.median(tf), 1), all_times[impl.key], same, errs,
                              tflops_per_repeat=[round(t, 1) for t in tf], flops=flops)
-            if impl.mode != "forward" and impl.impl in ("dash-attn", "fa3") and (impl.schedule in (None, "auto")):
+            # The host's time per call, forward too: where it nears the GPU's (a forward at 512 tokens takes ~100 us),
+            # the back-to-back timer reads the host's (bench/queue_jitter.py tells which).
+            if impl.impl in ("dash-attn", "fa3") and impl.schedule in (None, "auto"):
                 row["host_us_per_call"] = round(host_us(impl.run), 1)
             if args.long and case.s >= 32768 and impl.mode != "forward":
                 row["extra_memory_bytes"] = extra_memory_bytes(impl.run)
