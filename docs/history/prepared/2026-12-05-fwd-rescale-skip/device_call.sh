@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# session 35: forward O-rescale skip. checks then forward A/B (base = main's lib, skip = new), FA3 in every run.
+set -uo pipefail
+out=${OUT:-out}; mkdir -p "$out"
+S=.carry/skip
+rm -rf /tmp/sk && mkdir -p /tmp/sk/base /tmp/sk/skip && tar xJf $S/base.tar.xz -C /tmp/sk/base && tar xJf $S/skip.tar.xz -C /tmp/sk/skip || exit 3
+export PYTHONPATH=$PWD/python:$PWD/bench LD_LIBRARY_PATH=/usr/local/cuda/lib64 PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/gpu.txt"
+# correctness of the new forward: GoogleTests (forward), sanitizers, python sweep of forward cases
+LD_LIBRARY_PATH=/tmp/sk/skip:/usr/local/cuda/lib64 timeout 200 $S/dash_gpu_tests --gtest_brief=1 2>&1 | tail -4 | tee "$out/checks.txt"
+for tool in racecheck memcheck; do
+  LD_LIBRARY_PATH=/tmp/sk/skip:/usr/local/cuda/lib64 timeout 120 compute-sanitizer --tool $tool $S/dash_gpu_tests --gtest_filter='Cases/ForwardAccuracy.MatchesReference/Persistent_777x1200_causal_d128_bf16:Cases/ForwardAccuracy.MatchesReference/Persistent_1500x300_causal_d64_bf16:Cases/ForwardAccuracy.MatchesReference/Cross_1000x1_causal_d128_fp16:*window*d128_bf16' --gtest_brief=1 2>&1 | tail -3 | tee -a "$out/checks.txt"
+done
+( cd python && DASH_ATTN_LIBRARY=/tmp/sk/skip/libdash_attn.so timeout 150 python3 -m pytest -q -x tests/test_shape_sweep.py tests/test_torch_cuda.py -k "forward or fwd" 2>&1 | tail -3 ) | tee -a "$out/checks.txt"
+for round in 1 2; do
+  for v in base skip; do
+    DASH_ATTN_LIBRARY=/tmp/sk/$v/libdash_attn.so FA3_SO=$S/fa3_C.so CALL_ID=s35skip timeout 200 python3 bench/forward_ab.py run $v "$out/fwd-ab.jsonl" > "$out/run-$v-$round.log" 2>&1 || tail -3 "$out/run-$v-$round.log"
+  done
+done
+python3 bench/forward_ab.py summary "$out/fwd-ab.jsonl" | tee "$out/fwd-ab-summary.txt"
