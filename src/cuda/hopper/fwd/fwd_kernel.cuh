@@ -363,7 +363,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
         warpgroup_wait<0>();  // O += P V done: O may be rescaled and P overwritten
         release(&smem.v_empty[v_stage.index]);
         v_stage.advance();
-        if (!warp_kept_every_max(o_rescale)) scale_rows(output, o_rescale);
+        scale_rows(output, o_rescale);
         convert_to_element(tOrP, tSrS);
       }
 

@@ -95,10 +95,7 @@ struct OnlineSoftmax {
       if constexpr (kFirstTile) {
         o_rescale[r] = 0.f;
       } else {
-        // The old max's product rounded as the offset's (__fmul_rn: no contraction into an FMA, which would leave
-        // the product's rounding error): a row whose max did not move gets exp2(0) = 1 exactly, so the caller may
-        // skip multiplying O by it (warp_kept_every_max).
-        o_rescale[r] = exp2_approx(__fmul_rn(row_max[r], scale_log2) - offset);
+        o_rescale[r] = exp2_approx(row_max[r] * scale_log2 - offset);
       }
       row_max[r] = new_max;
       float sum = 0.f;
@@ -147,18 +144,6 @@ __device__ __forceinline__ void scale_rows(OutputRC& out, float const (&factor)[
     CUTE_UNROLL
     for (int c = 0; c < size<1>(out); ++c) out(r, c) *= factor[r];
   }
-}
-
-// True when every factor of every lane of this warp is exactly 1: no row of the warp changed its max on the last KV
-// tile, and multiplying O by 1 changes no bit, so the rescale may be skipped. With iid scores a row's max moves on the
-// n-th tile with probability 1/n, so on long rows most tiles skip the rescale (64 FMULs per thread per tile at head dim
-// 128). The vote keeps the branch uniform over the warp.
-template <int kRows>
-__device__ __forceinline__ bool warp_kept_every_max(float const (&factor)[kRows]) {
-  bool all_one = true;
-  CUTE_UNROLL
-  for (int r = 0; r < kRows; ++r) all_one = all_one && factor[r] == 1.f;
-  return __all_sync(0xffffffffu, all_one);
 }
 
 // fp32 -> Element for two register tensors of the same compact layout, two values per instruction.
