@@ -53,9 +53,9 @@ inline const std::vector<OptionSpec>& all_options() {
       {"--gqa", "MODE", "shape",
        "auto (default: auto's offline table picks split or pack, as dash_attn does) | split (one unit\n"
        "per query head) | pack (one unit per KV head) | auto-nondeterministic (as dash_attn's\n"
-       "non-deterministic backward: pack where the packed units' work items fill --ctas; else, with schedule\n"
-       "auto and a causal or window mask, the balanced plan where it fits; else split; such a plan runs no\n"
-       "deterministic backward)"},
+       "non-deterministic backward: pack where the packed units' work items fill --ctas, 3 rounds of it\n"
+       "where the balanced plan fits; else, with schedule auto and a causal or window mask, the balanced\n"
+       "plan where it fits; else split; such a plan runs no deterministic backward)"},
       {"--ctas", "P", "schedule", "co-resident CTAs (default 132, an H200's SMs)"},
       {"--schedule", "NAME", "schedule",
        "ascending | descending | shift | symmetric-shift | auto | auto-fastest (default auto)"},

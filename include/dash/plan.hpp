@@ -37,7 +37,8 @@ const std::vector<Planner>& all_planners();
 
 // Auto and AutoNondeterministic are requests only: build_plan resolves them (a Plan's gqa_mode() is SplitHeads or
 // PackGroup). Auto follows the offline table per sequence template; AutoNondeterministic packs where the packed
-// units' work items fill the CTAs (whatever the table says), for plans that only non-deterministic backwards run.
+// units' work items fill the CTAs (3 rounds of them where the balanced plan fits; whatever the table says), for plans
+// that only non-deterministic backwards run.
 enum class GqaMode : int32_t {
   SplitHeads = DASH_GQA_SPLIT_HEADS,
   PackGroup = DASH_GQA_PACK_GROUP,

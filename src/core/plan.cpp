@@ -516,7 +516,8 @@ struct ResolutionKeyHash {
 };
 
 // Why a resolution passed over a template it fetched: its wave exceeds P, or (DASH_GQA_AUTO_NONDETERMINISTIC) it
-// is a packed template whose work items leave CTAs idle, or a packed one after such a template.
+// is a packed template whose work items leave CTAs idle or wait for the balanced plan, or a packed one after such a
+// template.
 enum class SkipReason : uint8_t { Wave, Items };
 
 struct Skipped {
@@ -708,6 +709,27 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
       order.push_back({{GqaMode::SplitHeads, Planner::Ascending}, true});
     order.push_back({c, false});
   }
+  // Records the choice (with the templates skipped before it, for the memo) and returns it.
+  auto choose = [&](const Candidate& c, const TemplateKey& key, bool balanced, Fetched fetched) {
+    if (automatic) {
+      note += balanced ? "; chose balanced " : "; chose ";
+      append_candidate_name(note, c, grouped);
+    }
+    record->chosen = key;
+    record->balanced = balanced;
+    record->note = std::move(note);
+    if (memoise) {
+      g_resolution_misses.fetch_add(1, std::memory_order_relaxed);
+      resolution_memo().insert(memo_key, record);
+    }
+    return Resolved{std::move(fetched), record->balanced, record->note};
+  };
+  // A packed candidate that waits for the balanced plan (below), and runs where that does not fit.
+  std::optional<std::pair<Candidate, TemplateKey>> deferred_pack;
+  auto take_deferred_pack = [&] {
+    return choose(deferred_pack->first, deferred_pack->second, false,
+                  fetch_template(deferred_pack->second, allow_filling, req.num_ctas));
+  };
   for (const auto& [c, balanced] : order) {
     if (const auto violation = plan_limit_violation(req.problem, tiles, c.mode, req.num_ctas)) {
       if (!automatic) throw Error(violation->field, violation->message);
@@ -747,12 +769,19 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
       if (!why.empty()) {
         note += "; balanced " + candidate_name(c, grouped) + " skipped (" + why + ")";
         record->skipped.push_back({key, SkipReason::Items});
+        if (deferred_pack) return take_deferred_pack();
         continue;
       }
     } else if (pack_by_items && c.mode == GqaMode::PackGroup) {
       // Packed units are faster wherever they keep every CTA busy, and slower where they leave some idle (issue 14,
-      // 2026-12-04: +13% at 32/8 heads, 8 x 2k; -1.5% at 28/4, 2 x 8k with 128 items on 132 CTAs). The first packed
-      // candidate that runs decides for all: another planner's packed items never outrank the table's split order.
+      // 2026-12-04: +13% at 32/8 heads, 8 x 2k; -1.5% at 28/4, 2 x 8k with 128 items on 132 CTAs). Where the balanced
+      // split plan follows, packed items must also fill 3 rounds, else they wait for it: with 256 packed items (32/8
+      // heads, 2 x 8k causal; 28/4, 4 x 4k) the balanced plan ran 1.016 / 1.010 of the packed one (H200,
+      // 2026-12-05), and the split deterministic plan beat the packed non-deterministic one by 2-4% in two of three
+      // records; with 512 (32/8 at 1k-4k) packing led by 6-24%. Should the balanced plan not fit, the packed
+      // candidate runs after all. The first packed candidate that runs decides for all: another planner's packed
+      // items never outrank the table's split order.
+      constexpr int64_t kPackRoundsBeforeBalanced = 3;
       const int64_t items = int64_t(req.problem.batch) * req.problem.heads_kv * fetched_items_per_unit(fetched);
       if (pack_underfills || items < req.num_ctas) {
         if (!pack_underfills)
@@ -762,20 +791,19 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
         record->skipped.push_back({key, SkipReason::Items});
         continue;
       }
+      if (balanced_nondeterministic(req) && items < kPackRoundsBeforeBalanced * req.num_ctas) {
+        note += "; pack deferred (" + std::to_string(items) + " work items, under " +
+                std::to_string(kPackRoundsBeforeBalanced) + " rounds of " + std::to_string(req.num_ctas) +
+                " CTAs: the balanced plan first)";
+        pack_underfills = true;
+        record->skipped.push_back({key, SkipReason::Items});
+        deferred_pack.emplace(c, key);
+        continue;
+      }
     }
-    if (automatic) {
-      note += balanced ? "; chose balanced " : "; chose ";
-      append_candidate_name(note, c, grouped);
-    }
-    record->chosen = key;
-    record->balanced = balanced;
-    record->note = std::move(note);
-    if (memoise) {
-      g_resolution_misses.fetch_add(1, std::memory_order_relaxed);
-      resolution_memo().insert(memo_key, record);
-    }
-    return Resolved{std::move(fetched), record->balanced, record->note};
+    return choose(c, key, balanced, std::move(fetched));
   }
+  if (deferred_pack) return take_deferred_pack();
   throw Error("schedule", "no planner can run this problem" + note);
 }
 

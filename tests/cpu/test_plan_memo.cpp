@@ -229,7 +229,11 @@ TEST(PlanForMemo, ReplaysTheNondeterministicGqaChoiceBothWays) {
   const std::vector<Case> cases = {{make_problem(1024, 1024, Mask::Full, 32, 8, 8), GqaMode::PackGroup, false},
                                    {make_problem(8192, 8192, Mask::Full, 28, 4, 2), GqaMode::SplitHeads, false},
                                    {make_problem(8192, 8192, Mask::Causal, 28, 4, 2), GqaMode::SplitHeads, true},
-                                   {make_problem(2048, 2048, Mask::Causal, 4, 2, 1), GqaMode::SplitHeads, false}};
+                                   {make_problem(2048, 2048, Mask::Causal, 4, 2, 1), GqaMode::SplitHeads, false},
+                                   // 256 packed items, under 3 rounds: the balanced plan first; where it does not
+                                   // fit (head dim 64 at 1k: items of 4.5 visits), the packed plan after all.
+                                   {make_problem(8192, 8192, Mask::Causal, 32, 8, 2), GqaMode::SplitHeads, true},
+                                   {make_problem(1024, 1024, Mask::Causal, 32, 8, 8, 64), GqaMode::PackGroup, false}};
   for (const Case& c : cases) {
     const dash::PlanRequest req{c.problem, dash::Schedule::parse("auto"), 132, {}, GqaMode::AutoNondeterministic,
                                 nullptr};

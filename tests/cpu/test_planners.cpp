@@ -435,19 +435,26 @@ TEST(Planners, BalancedNondeterministicPlanClaimsEachGroupsLongestItemsFirst) {
   EXPECT_NE(fallback.note.find(why), std::string::npos)
       << fallback.note;
   // Items of under 8 visits on average (head dim 64, 1k causal: 8 Q tiles of 128 rows, 8 KV tiles, 36 visits): the
-  // table's plan; from 16 Q tiles (2k) the balanced one. A GQA problem whose packed units fill the CTAs packs.
+  // table's plan; from 16 Q tiles (2k) the balanced one. A GQA problem whose packed units fill 3 rounds of the CTAs
+  // packs (32/8 heads, 4 x 4k: 512 items); with fewer rounds its packed plan waits for the balanced one (2 x 8k, and
+  // 28/4 at 4 x 4k: 256 items), and runs where that does not fit (head dim 64, 8 x 1k).
   struct Kept { dash::Problem problem; bool balanced; const char* why; };
+  const char* deferred = "pack deferred (256 work items, under 3 rounds of 132 CTAs: the balanced plan first)";
   const std::vector<Kept> kept = {
       {make_problem(1024, 1024, dash::Mask::Causal, 32, 32, 16, 64), false, "36 visits over 8 items, under 8 each"},
       {make_problem(2048, 2048, dash::Mask::Causal, 32, 32, 8, 64), true, ""},
-      {make_problem(4096, 4096, dash::Mask::Causal, 32, 8, 4), false, ""}};
+      {make_problem(4096, 4096, dash::Mask::Causal, 32, 8, 4), false, ""},
+      {make_problem(8192, 8192, dash::Mask::Causal, 32, 8, 2), true, deferred},
+      {make_problem(4096, 4096, dash::Mask::Causal, 28, 4, 4), true, deferred},
+      {make_problem(1024, 1024, dash::Mask::Causal, 32, 8, 8, 64), false, deferred}};
   for (const Kept& k : kept) {
     const dash::Plan plan = dash::build_plan(
         {k.problem, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::AutoNondeterministic, nullptr});
     const std::string label = k.problem.describe() + ": " + plan.note;
     EXPECT_EQ((plan.header.flags & DASH_PLAN_ITEM_MAJOR) != 0, k.balanced) << label;
     EXPECT_NE(plan.note.find(k.why), std::string::npos) << label;
-    if (k.problem.group_size() > 1) EXPECT_EQ(plan.gqa_mode(), dash::GqaMode::PackGroup) << label;
+    if (k.problem.group_size() > 1)
+      EXPECT_EQ(plan.gqa_mode(), k.balanced ? dash::GqaMode::SplitHeads : dash::GqaMode::PackGroup) << label;
   }
 }
 
