@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 35: forward O-rescale skip. checks then forward A/B (base = main's lib, skip = new), FA3 in every run.
+# Forward O-rescale skip: forward A/B (base = main's lib, skip = patched), FA3 in every run; a GQA backward A/B; then checks.
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
 S=.carry/skip
