@@ -130,8 +130,8 @@ typedef struct dash_plan_s* dash_plan_t;
  * choice, and so the same bits per sequence, whatever the batch, head count or num_ctas), or, for a plan that only
  * non-deterministic backwards will run, DASH_GQA_AUTO_NONDETERMINISTIC: packed units wherever the whole problem's
  * packed units (batch x heads_kv x the template's items) fill num_ctas, and 3 rounds of it where the balanced plan
- * below fits; else, with schedule "auto" and a causal or
- * window mask (MHA too), the balanced plan: split heads, one KV tile per item (the ascending planner's), claimed
+ * below fits (else they run where it does not); else, with schedule "auto" and a causal or window mask (MHA too),
+ * the balanced plan: split heads, one KV tile per item (the ascending planner's), claimed
  * item by item across groups of units sized by the L2 (DASH_PLAN_ITEM_MAJOR), so that a group's longest go first,
  * taken where one group's items fill num_ctas and an item holds 8 visits on average; else split heads. dash_bwd
  * refuses such a plan with deterministic = 1 (DASH_PLAN_NONDETERMINISTIC_ONLY), and dash_plan_create_varlen refuses

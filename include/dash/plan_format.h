@@ -76,8 +76,8 @@ typedef enum dash_gqa_mode {
                                pack from the sequence template, so the choice does not depend on the batch */
   DASH_GQA_AUTO_NONDETERMINISTIC = 3 /* requests only, for plans that run non-deterministic backwards: packed units
                                where their work items fill the CTAs (the whole problem's, batch included), and 3
-                               rounds of them where the balanced plan below fits; else, with
-                               schedule auto and a causal or window mask, the balanced plan (split heads,
+                               rounds of them where the balanced plan below fits; else, with schedule auto and a
+                               causal or window mask, the balanced plan (split heads,
                                DASH_PLAN_ITEM_MAJOR) where it fits; else split heads. The plan gets
                                DASH_PLAN_NONDETERMINISTIC_ONLY. */
 } dash_gqa_mode;

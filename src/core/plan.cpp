@@ -685,7 +685,7 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
   note.reserve(160);
   const bool automatic = req.schedule.kind != Schedule::Kind::Planner || (grouped && is_auto(req.gqa_mode));
   const bool pack_by_items = gqa_mode_by_problem(req);
-  bool pack_underfills = false;  // pack_by_items: the first packed candidate that runs leaves CTAs idle
+  bool pack_decided = false;  // pack_by_items: the first packed candidate was skipped or deferred; so are the rest
   if (automatic) {
     note = req.schedule.kind == Schedule::Kind::AutoFastest ? "auto-fastest (simulated on this problem)"
            : req.schedule.kind == Schedule::Kind::Auto      ? "auto (offline table)"
@@ -724,13 +724,16 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
     }
     return Resolved{std::move(fetched), record->balanced, record->note};
   };
-  // A packed candidate that waits for the balanced plan (below), and runs where that does not fit.
+  // A packed candidate that waits for the balanced plan (below): it runs where that plan does not, i.e. once the
+  // loop passes the balanced candidate (skipped for its limits, wave or items) to a split one, or runs out.
+  // Fetched again when taken, as a memoised replay fetches its chosen template: both ask the cache alike.
   std::optional<std::pair<Candidate, TemplateKey>> deferred_pack;
   auto take_deferred_pack = [&] {
     return choose(deferred_pack->first, deferred_pack->second, false,
                   fetch_template(deferred_pack->second, allow_filling, req.num_ctas));
   };
   for (const auto& [c, balanced] : order) {
+    if (deferred_pack && !balanced && c.mode == GqaMode::SplitHeads) return take_deferred_pack();
     if (const auto violation = plan_limit_violation(req.problem, tiles, c.mode, req.num_ctas)) {
       if (!automatic) throw Error(violation->field, violation->message);
       note += "; " + candidate_name(c, grouped) + " skipped (" + violation->message + ")";
@@ -769,7 +772,6 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
       if (!why.empty()) {
         note += "; balanced " + candidate_name(c, grouped) + " skipped (" + why + ")";
         record->skipped.push_back({key, SkipReason::Items});
-        if (deferred_pack) return take_deferred_pack();
         continue;
       }
     } else if (pack_by_items && c.mode == GqaMode::PackGroup) {
@@ -783,11 +785,11 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
       // items never outrank the table's split order.
       constexpr int64_t kPackRoundsBeforeBalanced = 3;
       const int64_t items = int64_t(req.problem.batch) * req.problem.heads_kv * fetched_items_per_unit(fetched);
-      if (pack_underfills || items < req.num_ctas) {
-        if (!pack_underfills)
+      if (pack_decided || items < req.num_ctas) {
+        if (!pack_decided)
           note += "; pack skipped (" + std::to_string(items) + " work items for " + std::to_string(req.num_ctas) +
                   " CTAs)";
-        pack_underfills = true;
+        pack_decided = true;
         record->skipped.push_back({key, SkipReason::Items});
         continue;
       }
@@ -795,7 +797,7 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
         note += "; pack deferred (" + std::to_string(items) + " work items, under " +
                 std::to_string(kPackRoundsBeforeBalanced) + " rounds of " + std::to_string(req.num_ctas) +
                 " CTAs: the balanced plan first)";
-        pack_underfills = true;
+        pack_decided = true;
         record->skipped.push_back({key, SkipReason::Items});
         deferred_pack.emplace(c, key);
         continue;
