@@ -7,8 +7,10 @@
 //                  [--quick] [--busy-ms N [--busy-ctas K[,K...]] [--busy-repeats R]]
 //                  [--config B,S,HQ,HKV,D,full|causal]
 //                  [--schedules nondet,shift,...]
-//                  [--gqa auto|split|pack]   (GQA configs: the planner picks (default, as dash_attn does),
-//                  one unit per query head, or one per KV head; the JSON's gqa_plan is the mode the plan has)
+//                  [--gqa auto|split|pack|auto-nondeterministic]   (GQA configs: the planner picks (default, as
+//                  dash_attn does), one unit per query head, one per KV head, or the problem's non-deterministic plan
+//                  (the torch op's with deterministic=False; with schedule auto also MHA's balanced plan: nondet
+//                  rows only); the JSON's gqa_plan is the mode the plan has)
 //
 // Per configuration: random normal inputs on the device (never zeros), O and LSE from dash_fwd (so P is the
 // real softmax); `warmup` untimed calls, then `iters` calls each bracketed by its own CUDA events; median,
@@ -135,12 +137,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (gqa != "auto" && gqa != "split" && gqa != "pack") {
-    std::fprintf(stderr, "--gqa: expected auto, split or pack, got '%s'\n", gqa.c_str());
+  if (gqa != "auto" && gqa != "split" && gqa != "pack" && gqa != "auto-nondeterministic") {
+    std::fprintf(stderr, "--gqa: expected auto, split, pack or auto-nondeterministic, got '%s'\n", gqa.c_str());
     return 2;
   }
-  const int32_t gqa_mode =
-      gqa == "pack" ? DASH_GQA_PACK_GROUP : gqa == "split" ? DASH_GQA_SPLIT_HEADS : DASH_GQA_AUTO;
+  const int32_t gqa_mode = gqa == "pack"    ? DASH_GQA_PACK_GROUP
+                           : gqa == "split" ? DASH_GQA_SPLIT_HEADS
+                           : gqa == "auto"  ? DASH_GQA_AUTO
+                                            : DASH_GQA_AUTO_NONDETERMINISTIC;
   FILE* out = std::fopen(out_path.c_str(), "w");
   if (!out) {
     std::perror(out_path.c_str());

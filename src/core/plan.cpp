@@ -659,6 +659,41 @@ std::optional<ResolutionClass> ResolutionClassifier::classify(const PlanRequest&
 
 namespace {
 
+// Why the balanced plan (bound header `bound`) is not taken on P CTAs; empty where it is. Taken where one group of
+// units holds an item for every CTA (else the end is ragged: the greedy model ends 12-28% late with one packed unit of
+// 64 items), and where an item holds 8 visits on average: shorter ones cost a ticket, a prologue and a dK/dV epilogue
+// per KV tile, which the table's several-tile items share (on the H200, 2026-12-05, head dim 64 causal: 0.96 / 0.97
+// at 512 / 1k, 2.5 / 4.5 visits per item; 1.00-1.03 from 2k, 8.5; head dim 128: 1.00 at 512, 5; 1.01-1.04 from 1k,
+// 9).
+std::string balanced_unfit(const dash_plan_header& bound, int32_t num_ctas) {
+  constexpr int32_t kMinVisitsPerItem = 8;
+  const int64_t group_items = int64_t(bound.ticket_group_units) * bound.items_per_unit;
+  if (group_items < num_ctas)
+    return "a group of " + std::to_string(bound.ticket_group_units) + " unit(s) has " + std::to_string(group_items) +
+           " work items for " + std::to_string(num_ctas) + " CTAs";
+  if (bound.visits_per_unit < int64_t(kMinVisitsPerItem) * bound.items_per_unit)
+    return std::to_string(bound.visits_per_unit) + " visits over " + std::to_string(bound.items_per_unit) +
+           " items, under " + std::to_string(kMinVisitsPerItem) + " each";
+  return {};
+}
+
+// What a packed candidate does under DASH_GQA_AUTO_NONDETERMINISTIC (gqa_mode_by_problem), given its work items
+// (batch x KV heads x the template's items per unit): run, be skipped, or wait for the balanced plan (run where that
+// plan does not fit).
+// Packed units are faster wherever they keep every CTA busy, and slower where they leave some idle (issue 14,
+// 2026-12-04: +13% at 32/8 heads, 8 x 2k; -1.5% at 28/4, 2 x 8k with 128 items on 132 CTAs). Where the balanced split
+// plan follows, packed items must also fill 3 rounds, else they wait for it: with 256 packed items (32/8 heads, 2 x 8k
+// causal; 28/4, 4 x 4k) the balanced plan ran 1.016 / 1.010 of the packed one (H200, 2026-12-05), and the split
+// deterministic plan beat the packed non-deterministic one by 2-4% in two of three records; with 512 (32/8 at 1k-4k)
+// packing led by 6-24%.
+enum class PackVerdict : uint8_t { Run, Skip, Defer };
+constexpr int64_t kPackRoundsBeforeBalanced = 3;
+PackVerdict pack_verdict(const PlanRequest& req, int64_t items) {
+  if (items < req.num_ctas) return PackVerdict::Skip;
+  if (balanced_nondeterministic(req) && items < kPackRoundsBeforeBalanced * req.num_ctas) return PackVerdict::Defer;
+  return PackVerdict::Run;
+}
+
 // plan_for's resolution: the schedule's candidates in order, the first whose template runs on P CTAs.
 Resolved resolve(const PlanRequest& req, bool allow_filling) {
   const TileShape tiles = checked_tiles(req);
@@ -754,52 +789,27 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
       continue;
     }
     if (balanced) {
-      // Taken where one group of units holds an item for every CTA (else the end is ragged: the greedy model ends
-      // 12-28% late with one packed unit of 64 items), and where an item holds 8 visits on average: shorter ones
-      // cost a ticket, a prologue and a dK/dV epilogue per KV tile, which the table's several-tile items share (on
-      // the H200, 2026-12-05, head dim 64 causal: 0.96 / 0.97 at 512 / 1k, 2.5 / 4.5 visits per item; 1.00-1.03 from
-      // 2k, 8.5; head dim 128: 1.00 at 512, 5; 1.01-1.04 from 1k, 9).
-      constexpr int32_t kMinVisitsPerItem = 8;
-      const dash_plan_header bound = bind_header(fetched_header(fetched), req, true);
-      const int64_t group_items = int64_t(bound.ticket_group_units) * bound.items_per_unit;
-      std::string why;
-      if (group_items < req.num_ctas)
-        why = "a group of " + std::to_string(bound.ticket_group_units) + " unit(s) has " +
-              std::to_string(group_items) + " work items for " + std::to_string(req.num_ctas) + " CTAs";
-      else if (bound.visits_per_unit < int64_t(kMinVisitsPerItem) * bound.items_per_unit)
-        why = std::to_string(bound.visits_per_unit) + " visits over " + std::to_string(bound.items_per_unit) +
-              " items, under " + std::to_string(kMinVisitsPerItem) + " each";
+      const std::string why = balanced_unfit(bind_header(fetched_header(fetched), req, true), req.num_ctas);
       if (!why.empty()) {
         note += "; balanced " + candidate_name(c, grouped) + " skipped (" + why + ")";
         record->skipped.push_back({key, SkipReason::Items});
         continue;
       }
     } else if (pack_by_items && c.mode == GqaMode::PackGroup) {
-      // Packed units are faster wherever they keep every CTA busy, and slower where they leave some idle (issue 14,
-      // 2026-12-04: +13% at 32/8 heads, 8 x 2k; -1.5% at 28/4, 2 x 8k with 128 items on 132 CTAs). Where the balanced
-      // split plan follows, packed items must also fill 3 rounds, else they wait for it: with 256 packed items (32/8
-      // heads, 2 x 8k causal; 28/4, 4 x 4k) the balanced plan ran 1.016 / 1.010 of the packed one (H200,
-      // 2026-12-05), and the split deterministic plan beat the packed non-deterministic one by 2-4% in two of three
-      // records; with 512 (32/8 at 1k-4k) packing led by 6-24%. Should the balanced plan not fit, the packed
-      // candidate runs after all. The first packed candidate that runs decides for all: another planner's packed
-      // items never outrank the table's split order.
-      constexpr int64_t kPackRoundsBeforeBalanced = 3;
       const int64_t items = int64_t(req.problem.batch) * req.problem.heads_kv * fetched_items_per_unit(fetched);
-      if (pack_decided || items < req.num_ctas) {
+      // The first packed candidate decides for all (run, skipped or deferred): another planner's packed items never
+      // outrank the table's split order.
+      const PackVerdict verdict = pack_decided ? PackVerdict::Skip : pack_verdict(req, items);
+      if (verdict != PackVerdict::Run) {
+        if (verdict == PackVerdict::Defer) deferred_pack.emplace(c, key);
+        const std::string n = std::to_string(items), ctas = std::to_string(req.num_ctas);
         if (!pack_decided)
-          note += "; pack skipped (" + std::to_string(items) + " work items for " + std::to_string(req.num_ctas) +
-                  " CTAs)";
+          note += verdict == PackVerdict::Skip
+                      ? "; pack skipped (" + n + " work items for " + ctas + " CTAs)"
+                      : "; pack deferred (" + n + " work items, under " + std::to_string(kPackRoundsBeforeBalanced) +
+                            " rounds of " + ctas + " CTAs: the balanced plan first)";
         pack_decided = true;
         record->skipped.push_back({key, SkipReason::Items});
-        continue;
-      }
-      if (balanced_nondeterministic(req) && items < kPackRoundsBeforeBalanced * req.num_ctas) {
-        note += "; pack deferred (" + std::to_string(items) + " work items, under " +
-                std::to_string(kPackRoundsBeforeBalanced) + " rounds of " + std::to_string(req.num_ctas) +
-                " CTAs: the balanced plan first)";
-        pack_decided = true;
-        record->skipped.push_back({key, SkipReason::Items});
-        deferred_pack.emplace(c, key);
         continue;
       }
     }
