@@ -7,12 +7,18 @@ per (config, variant), its ratio to the variant named "base", the per-run figure
 equal across variants.
 
     DASH_ATTN_LIBRARY=DIR/libdash_attn.so [FA3_SO=_C.so] [FORWARD_AB_MASK=causal|full] \
-        [FORWARD_AB_HEAD_DIMS=64,128] python3 bench/forward_ab.py run VARIANT OUT.jsonl
+        [FORWARD_AB_HEAD_DIMS=64,128] [FORWARD_AB_WARMUP_SECONDS=0.2] python3 bench/forward_ab.py run VARIANT OUT.jsonl
     python3 bench/forward_ab.py summary OUT.jsonl [...]
 
 FORWARD_AB_MASK keeps the rows of one mask, FORWARD_AB_HEAD_DIMS (e.g. "64,128") the rows of those head dims. With
 FA3_SO (FA3 upstream built from shared/fa3kit) every run also times FA3's forward right after ours on each row of head
 dim <= 128, as the variant "fa3"; the summary then gives each variant's median ratio to FA3's within the same runs.
+
+Each call is timed after FORWARD_AB_WARMUP_SECONDS (default 0.2) of itself back to back, in the sustained power state
+the benchmark of record times (record.py's --warmup-seconds; 0: after 3 warm-up calls only, a state in which the long
+rows' ratios to FA3 read 4-7% higher on an H100). Each row also carries the SM clock and the board's power draw read
+from NVML right after its timed calls (None where torch cannot read them), to tell a kernel that is slower per clock
+from one that runs at a lower clock under the power cap.
 """
 import collections
 import hashlib
@@ -32,14 +38,23 @@ ROWS = [(16, 1024, 16, 16, 128, 128, True), (8, 2048, 16, 16, 128, 128, True), (
         (2, 8192, 16, 16, 128, 128, False), (1, 16384, 16, 16, 128, 128, False)]
 
 
+def gpu_state(torch):
+    """(SM clock in MHz, power draw in W) from NVML through torch; (None, None) where they cannot be read."""
+    try:
+        return torch.cuda.clock_rate(), round(torch.cuda.power_draw() / 1000.0, 1)
+    except Exception:  # pynvml missing, or no NVML on this machine
+        return None, None
+
+
 def run(variant, out_path):
     import torch
     from dash_attn import _abi  # loads DASH_ATTN_LIBRARY and registers torch.ops.dash_attn
     from record import load_fa3
     from window_bench import time_impls
 
+    warmup_seconds = float(os.environ.get("FORWARD_AB_WARMUP_SECONDS", "0.2"))
     env = dict(variant=variant, commit=os.environ.get("DASH_COMMIT", "?"), call_id=os.environ.get("CALL_ID", "?"),
-               gpu=torch.cuda.get_device_name(0), dtype="bfloat16")
+               gpu=torch.cuda.get_device_name(0), dtype="bfloat16", warmup_seconds=warmup_seconds)
     ops = torch.ops.dash_attn
     fa3 = load_fa3(os.environ["FA3_SO"]) if os.environ.get("FA3_SO") else None
     with open(out_path, "a") as out:
@@ -64,8 +79,9 @@ def run(variant, out_path):
             o, lse = forward()
             sha = hashlib.sha256(o.contiguous().view(torch.uint8).cpu().numpy().tobytes() +
                                  lse.contiguous().cpu().numpy().tobytes()).hexdigest()[:16]
-            for r in time_impls(env, name, [("dash-attn", "forward", forward, flops)]):
+            for r in time_impls(env, name, [("dash-attn", "forward", forward, flops)], warmup_seconds):
                 r["out_sha"] = sha
+                r["sm_clock_mhz"], r["power_w"] = gpu_state(torch)
                 out.write(json.dumps(r) + "\n")
             # fa3kit's build holds FA3's head-dim-64 and 128 kernels (96 runs on 128's); 256 and 192 / 128 crash there.
             if fa3 is not None and d <= 128 and dv == d:
@@ -73,7 +89,8 @@ def run(variant, out_path):
                     return fa3.fwd(q, k, v, softmax_scale=scale, is_causal=causal, num_splits=1)
 
                 for r in time_impls(dict(env, variant="fa3", run_variant=variant), name,
-                                    [("fa3", "forward", fa3_forward, flops)]):
+                                    [("fa3", "forward", fa3_forward, flops)], warmup_seconds):
+                    r["sm_clock_mhz"], r["power_w"] = gpu_state(torch)
                     out.write(json.dumps(r) + "\n")
             torch.cuda.empty_cache()
 
@@ -101,6 +118,17 @@ def summary(paths):
             vs_fa3 = f" /fa3 {med / statistics.median(fa3):5.3f}" if fa3 and v != "fa3" else ""
             cells.append(f"  {med:7.1f} {ratio}{vs_fa3} ({','.join('%.0f' % x for x in runs[(config, v)])})")
         print(f"{config:36s}" + "".join(cells) + ("  bits equal" if len(shas[config]) == 1 else "  BITS DIFFER"))
+    states = collections.defaultdict(list)  # (config, variant) -> (clock, power) after each run's timed calls
+    for r in rows:
+        if r.get("sm_clock_mhz") is not None:
+            states[(r["config"], r["variant"])].append((r["sm_clock_mhz"], r["power_w"]))
+    if states:
+        print(f"\n{'median SM clock MHz / power W':36s}" + "".join(f"{v:>22s}" for v in variants))
+        for config in dict.fromkeys(r["config"] for r in rows):
+            cells = [f"{statistics.median(c for c, _ in states[(config, v)]):16.0f} / "
+                     f"{statistics.median(p for _, p in states[(config, v)]):3.0f}" if states[(config, v)]
+                     else f"{'-':>22s}" for v in variants]
+            print(f"{config:36s}" + "".join(cells))
 
 
 if __name__ == "__main__":

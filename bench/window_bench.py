@@ -81,13 +81,14 @@ def run_row(row, env, flex, create_block_mask):
     return time_impls(env, name, impls)
 
 
-def time_impls(env, name, impls):
-    """Times each (impl, mode, fn, flops) with the protocol's timer; one result dict per entry, printed as timed. An
-    implementation that cannot run the case is reported with its error, not fatal."""
+def time_impls(env, name, impls, warmup_seconds=0.0):
+    """Times each (impl, mode, fn, flops) with the protocol's timer (warmup_seconds: record.py's sustained power state);
+    one result dict per entry, printed as timed. An implementation that cannot run the case is reported with its
+    error, not fatal."""
     results = []
     for impl, mode, fn, flops in impls:
         try:
-            ms = statistics.median(time_cuda(fn))
+            ms = statistics.median(time_cuda(fn, warmup_seconds=warmup_seconds))
             result = dict(env, config=name, impl=impl, mode=mode, ms=round(ms, 4),
                           tflops=round(flops / (ms * 1e-3) / 1e12, 1))
             if impl == "dash-attn" and mode != "forward":
