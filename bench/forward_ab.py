@@ -38,18 +38,10 @@ ROWS = [(16, 1024, 16, 16, 128, 128, True), (8, 2048, 16, 16, 128, 128, True), (
         (2, 8192, 16, 16, 128, 128, False), (1, 16384, 16, 16, 128, 128, False)]
 
 
-def gpu_state(torch):
-    """(SM clock in MHz, power draw in W) from NVML through torch; (None, None) where they cannot be read."""
-    try:
-        return torch.cuda.clock_rate(), round(torch.cuda.power_draw() / 1000.0, 1)
-    except Exception:  # pynvml missing, or no NVML on this machine
-        return None, None
-
-
 def run(variant, out_path):
     import torch
     from dash_attn import _abi  # loads DASH_ATTN_LIBRARY and registers torch.ops.dash_attn
-    from record import load_fa3
+    from record import gpu_state, load_fa3
     from window_bench import time_impls
 
     warmup_seconds = float(os.environ.get("FORWARD_AB_WARMUP_SECONDS", "0.2"))
@@ -81,7 +73,7 @@ def run(variant, out_path):
                                  lse.contiguous().cpu().numpy().tobytes()).hexdigest()[:16]
             for r in time_impls(env, name, [("dash-attn", "forward", forward, flops)], warmup_seconds):
                 r["out_sha"] = sha
-                r["sm_clock_mhz"], r["power_w"] = gpu_state(torch)
+                r["sm_clock_mhz"], r["power_w"] = gpu_state()
                 out.write(json.dumps(r) + "\n")
             # fa3kit's build holds FA3's head-dim-64 and 128 kernels (96 runs on 128's); 256 and 192 / 128 crash there.
             if fa3 is not None and d <= 128 and dv == d:
@@ -90,7 +82,7 @@ def run(variant, out_path):
 
                 for r in time_impls(dict(env, variant="fa3", run_variant=variant), name,
                                     [("fa3", "forward", fa3_forward, flops)], warmup_seconds):
-                    r["sm_clock_mhz"], r["power_w"] = gpu_state(torch)
+                    r["sm_clock_mhz"], r["power_w"] = gpu_state()
                     out.write(json.dumps(r) + "\n")
             torch.cuda.empty_cache()
 

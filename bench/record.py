@@ -20,7 +20,11 @@ Each implementation is timed through the entry point its users call:
 
 --quick: four configs, dash-attn (non-det, auto) and FA3 only, for iterating. --long: extra memory and time at
 32k-128k tokens (causal, head dim 128, MHA and 32/8). Writes one JSON line per (config, impl, mode[, schedule]) and
-prints one table with the ratios the kernel-efficiency issue tracks.
+prints one table with the ratios the kernel-efficiency issue tracks. A row also carries the SM clock and power draw
+read after each repeat's timed calls (`sm_clock_mhz_per_repeat`, `power_w_per_repeat`; gpu_state), so that a ratio
+can be split into per-clock speed and the clock the power cap allowed. torch reads them through pynvml (the
+nvidia-ml-py wheel; on a machine without an index, its wheel file itself can go on PYTHONPATH); without it they are
+null.
 """
 from __future__ import annotations
 
@@ -292,14 +296,26 @@ def repeat_order(impls, case, r, order):
     return random.Random(f"{case.name}/{r}").sample(impls, len(impls))
 
 
+def gpu_state():
+    """(SM clock in MHz, power draw in W) read from NVML through torch right now; (None, None) where they cannot be
+    read (no pynvml). Read right after an impl's timed calls, they tell a kernel that is slower per clock from one that
+    runs at a lower clock under the power cap (NVML's power reading averages over the last second or so)."""
+    try:
+        return torch.cuda.clock_rate(), round(torch.cuda.power_draw() / 1000.0, 1)
+    except Exception:  # noqa: BLE001 - pynvml missing, or no NVML here
+        return None, None
+
+
 def run_config(case, impls, repeats, reference_key, warmup=3, reps=10, warmup_seconds=0.0, order="shuffle"):
-    """Times every impl `repeats` times, interleaved (repeat_order); returns {key: [median ms per repeat]} and the
-    check results."""
+    """Times every impl `repeats` times, interleaved (repeat_order); returns {key: [median ms per repeat]}, all the
+    times, the check results and {key: [gpu_state() after each repeat]}."""
     per_repeat = {i.key: [] for i in impls}
     all_times = {i.key: [] for i in impls}
+    states = {i.key: [] for i in impls}
     for r in range(repeats):
         for impl in repeat_order(impls, case, r, order):
             times = time_cuda(impl.run, warmup, reps, warmup_seconds)
+            states[impl.key].append(gpu_state())
             per_repeat[impl.key].append(statistics.median(times))
             all_times[impl.key] += times
     # The reference impl is checked first (its own error is 0); the others compare with its gradients.
@@ -312,7 +328,7 @@ def run_config(case, impls, repeats, reference_key, warmup=3, reps=10, warmup_se
     for impl in impls:
         if impl.key not in checks:
             checks[impl.key] = check(impl, reference if impl.mode != "forward" else None)[:2]
-    return per_repeat, all_times, checks
+    return per_repeat, all_times, checks, states
 
 
 def main():
@@ -398,17 +414,19 @@ def main():
                 error = f"{type(e).__name__}: {e}"[:300]
                 print(f"{case.name}: {name} did not run: {error}", flush=True)
                 out.write(json.dumps(dict(env, config=case.name, impl=name, mode="all", error=error)) + "\n")
-        per_repeat, all_times, checks = run_config(case, impls, args.repeats,
-                                                   ("cudnn", "nondeterministic", None) if not args.quick
-                                                   and not args.no_cudnn else ("fa3", "nondeterministic", None),
-                                                   warmup_seconds=args.warmup_seconds, order=args.order)
+        reference_key = (("cudnn", "nondeterministic", None) if not args.quick and not args.no_cudnn
+                         else ("fa3", "nondeterministic", None))
+        per_repeat, all_times, checks, states = run_config(case, impls, args.repeats, reference_key,
+                                                           warmup_seconds=args.warmup_seconds, order=args.order)
         results = {}
         for impl in impls:
             flops = case.fwd_flops * (1.0 if impl.mode == "forward" else 2.5)
             tf = [flops / (ms * 1e-3) / 1e12 for ms in per_repeat[impl.key]]
             same, errs = checks[impl.key]
             row = timing_row(env, case, impl, round(statistics.median(tf), 1), all_times[impl.key], same, errs,
-                             tflops_per_repeat=[round(t, 1) for t in tf], flops=flops)
+                             tflops_per_repeat=[round(t, 1) for t in tf], flops=flops,
+                             sm_clock_mhz_per_repeat=[c for c, _ in states[impl.key]],
+                             power_w_per_repeat=[w for _, w in states[impl.key]])
             # The host's time per call, forward too: where it nears the GPU's (a forward at 512 tokens takes ~100 us),
             # the back-to-back timer reads the host's (bench/queue_jitter.py tells which).
             if impl.impl in ("dash-attn", "fa3") and impl.schedule in (None, "auto"):
@@ -429,7 +447,7 @@ def main():
             if fa3 is not None:
                 impls += [i for i in fa3_impls(case, fa3) if i.mode != "forward"]
             # Seconds per call at 128k tokens: 1 warm-up, 5 timed calls.
-            per_repeat, all_times, checks = run_config(case, impls, 1, ("fa3", "nondeterministic", None), 1, 5)
+            per_repeat, all_times, checks, _ = run_config(case, impls, 1, ("fa3", "nondeterministic", None), 1, 5)
             for impl in impls:
                 flops = case.fwd_flops * 2.5
                 ms = statistics.median(all_times[impl.key])
