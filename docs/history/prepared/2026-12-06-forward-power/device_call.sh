@@ -14,8 +14,11 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.ac
   > "$out/smi.csv" 2>&1 &
 smi=$!
 for round in 1 2; do
-  FORWARD_AB_WARMUP_SECONDS=0.2 timeout 120 python3 bench/forward_ab.py run sustained "$out/fwd.jsonl" > "$out/run-s-$round.log" 2>&1 || tail -3 "$out/run-s-$round.log"
-  FORWARD_AB_WARMUP_SECONDS=0 timeout 120 python3 bench/forward_ab.py run unsustained "$out/fwd.jsonl" > "$out/run-u-$round.log" 2>&1 || tail -3 "$out/run-u-$round.log"
+  # One file per state: forward_ab names FA3's rows "fa3" whatever the state.
+  FORWARD_AB_WARMUP_SECONDS=0.2 timeout 120 python3 bench/forward_ab.py run base "$out/fwd-sustained.jsonl" > "$out/run-s-$round.log" 2>&1 || tail -3 "$out/run-s-$round.log"
+  FORWARD_AB_WARMUP_SECONDS=0 timeout 120 python3 bench/forward_ab.py run base "$out/fwd-unsustained.jsonl" > "$out/run-u-$round.log" 2>&1 || tail -3 "$out/run-u-$round.log"
 done
 kill $smi
-python3 bench/forward_ab.py summary "$out/fwd.jsonl" | tee "$out/summary.txt"
+for state in sustained unsustained; do
+  echo "== $state"; python3 bench/forward_ab.py summary "$out/fwd-$state.jsonl"
+done | tee "$out/summary.txt"
