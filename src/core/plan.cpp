@@ -683,9 +683,8 @@ std::string balanced_unfit(const dash_plan_header& bound, int32_t num_ctas) {
 // Packed units are faster wherever they keep every CTA busy, and slower where they leave some idle (issue 14,
 // 2026-12-04: +13% at 32/8 heads, 8 x 2k; -1.5% at 28/4, 2 x 8k with 128 items on 132 CTAs). Where the balanced split
 // plan follows, packed items must also fill 3 rounds, else they wait for it: with 256 packed items (32/8 heads, 2 x 8k
-// causal; 28/4, 4 x 4k) the balanced plan ran 1.016 / 1.010 of the packed one (H200, 2026-12-05), and the split
-// deterministic plan beat the packed non-deterministic one by 2-4% in two of three records; with 512 (32/8 at 1k-4k)
-// packing led by 6-24%.
+// causal; 28/4, 4 x 4k) the balanced plan ran 1.016 / 1.010 of the packed one on the H200 (2026-12-05), 1.016 / 1.100
+// on an H100 (2026-12-06); with 512 (32/8 at 1k-4k) packing led by 6-24%.
 enum class PackVerdict : uint8_t { Run, Skip, Defer };
 constexpr int64_t kPackRoundsBeforeBalanced = 3;
 PackVerdict pack_verdict(const PlanRequest& req, int64_t items) {
