@@ -303,6 +303,7 @@ int main(int argc, char** argv) {
         const dash::Plan hp = dash::Plan::from_blob(static_cast<const uint8_t*>(data), bytes);
         dash::SimOptions so;
         so.critical_path = false;
+        so.nondeterministic = !det;  // the non-deterministic row's adds wait for no turn
         const dash::CostModel cm = dash::CostModel::for_problem(hp.problem(), {hp.header.block_m, hp.header.block_n});
         sim_us = dash::simulate(hp, hp.header.num_ctas, cm, so).makespan;
         gqa_plan = dash::gqa_mode_name(hp.gqa_mode());

@@ -27,7 +27,7 @@ def simulate(cli, row, latency):
     for planner in PLANNERS:
         m = re.search(r"^%s\s+([0-9.]+)" % re.escape(planner), text, re.M)
         makespans[planner] = float(m.group(1))
-    auto = re.search(r"auto picks (\S+)", text).group(1)
+    auto = re.search(r"auto picks ([a-z-]+)", text).group(1)
     return makespans, auto
 
 

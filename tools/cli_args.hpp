@@ -73,7 +73,10 @@ inline const std::vector<OptionSpec>& all_options() {
       {"--runs", "N", "run", "backward runs (default 5)"},
       {"--device", "D", "run", "cuda (default) | cpu (the CPU backend, fp32)"},
       {"--dtype", "T", "run", "bf16 (default) | fp16 (cuda)"},
-      {"--nondeterministic", "", "run", "the unordered mode, to see it differ"},
+      {"--nondeterministic", "", "run",
+       "the unordered mode: dQ (and split-heads dK/dV) added in any order; check: to see the bits differ;\n"
+       "simulate: no add waits for its turn (plans made with --gqa auto-nondeterministic that run only so\n"
+       "are simulated so anyway)"},
       {"--seed", "N", "run", "input seed (default 0)"},
   };
   return options;
@@ -116,7 +119,7 @@ inline const std::vector<CommandSpec>& all_commands() {
               joined(detail::kTiles, {"--ctas", "--schedule", "--items"}))},
       {"simulate", "compare every planner on one shape: makespan, idle %, speed-up over ascending",
        joined(joined(joined(detail::kShape, {"--any-hdim"}), joined(detail::kTiles, {"--ctas"})),
-              joined({"--svg", "--svg-schedule"}, detail::kCost))},
+              joined({"--svg", "--svg-schedule", "--nondeterministic"}, detail::kCost))},
       {"check", "run the backward N times on one shape and print a SHA-256 of dQ, dK, dV per run",
        joined(detail::kShape, {"--schedule", "--runs", "--device", "--dtype", "--nondeterministic", "--seed"})},
   };

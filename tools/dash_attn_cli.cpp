@@ -75,14 +75,15 @@ struct Candidate {
   dash::SimResult sim;
 };
 
-std::vector<Candidate> simulate_all(const Shape& s, int32_t ctas, const dash::CostModel& cost, bool spans) {
+std::vector<Candidate> simulate_all(const Shape& s, int32_t ctas, const dash::CostModel& cost, bool spans,
+                                    bool nondeterministic) {
   std::vector<Candidate> out;
   for (dash::Planner planner : dash::all_planners()) {
     Candidate c{planner, std::nullopt, "", {}};
     try {
       dash::PlanRequest req{s.problem, {dash::Schedule::Kind::Planner, planner}, ctas, s.tiles, s.gqa, &cost};
       c.plan = dash::build_plan(req);
-      c.sim = dash::simulate(*c.plan, ctas, cost, {spans});
+      c.sim = dash::simulate(*c.plan, ctas, cost, {.record_spans = spans, .nondeterministic = nondeterministic});
     } catch (const Error& e) {
       c.rejected = e.what();
     }
@@ -97,15 +98,34 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+// The plan `kind` picks, and its name. The balanced non-deterministic plan runs the ascending template in its own
+// claim order (DASH_PLAN_ITEM_MAJOR).
+std::pair<dash::Plan, std::string> chosen_plan(const Shape& s, int32_t ctas, const dash::CostModel& cost,
+                                               dash::Schedule::Kind kind) {
+  dash::PlanRequest req{s.problem, {kind, dash::Planner::Ascending}, ctas, s.tiles, s.gqa, &cost};
+  dash::Plan plan = dash::build_plan(req);
+  std::string name = std::string((plan.header.flags & DASH_PLAN_ITEM_MAJOR) ? "balanced " : "") +
+                     dash::planner_name(plan.planner());
+  if (dash::is_auto(s.gqa)) name += " (gqa " + std::string(dash::gqa_mode_name(plan.gqa_mode())) + ")";
+  return {std::move(plan), std::move(name)};
+}
+
 std::string chosen_by(const Shape& s, int32_t ctas, const dash::CostModel& cost, dash::Schedule::Kind kind) {
   try {
-    dash::PlanRequest req{s.problem, {kind, dash::Planner::Ascending}, ctas, s.tiles, s.gqa, &cost};
-    const dash::Plan plan = dash::build_plan(req);
-    // The balanced non-deterministic plan runs the ascending template in its own claim order (DASH_PLAN_ITEM_MAJOR).
-    const std::string name = std::string((plan.header.flags & DASH_PLAN_ITEM_MAJOR) ? "balanced " : "") +
-                              dash::planner_name(plan.planner());
-    if (!dash::is_auto(s.gqa)) return name;
-    return name + " (gqa " + dash::gqa_mode_name(plan.gqa_mode()) + ")";
+    return chosen_plan(s, ctas, cost, kind).second;
+  } catch (const Error& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
+// chosen_by and the pick's simulated makespan (the balanced plan has no row of its own in `simulate`).
+std::string chosen_with_makespan(const Shape& s, int32_t ctas, const dash::CostModel& cost, dash::Schedule::Kind kind,
+                                 bool nondeterministic) {
+  try {
+    const auto [plan, name] = chosen_plan(s, ctas, cost, kind);
+    const dash::SimResult sim =
+        dash::simulate(plan, ctas, cost, {.critical_path = false, .nondeterministic = nondeterministic});
+    return name + ", makespan " + fixed(sim.makespan, 2);
   } catch (const Error& e) {
     return std::string("error: ") + e.what();
   }
@@ -201,6 +221,7 @@ int cmd_simulate(Args& args) {
   const int32_t ctas = args.integer("--ctas", 132);
   const CostChoice cost_choice = parse_cost(args);
   const auto svg = args.value("--svg");
+  const bool nondeterministic = args.has("--nondeterministic");
   std::optional<dash::Schedule> svg_schedule;
   if (auto name = args.value("--svg-schedule")) svg_schedule = svg_planner(*name);
   args.expect_all_used();
@@ -212,7 +233,7 @@ int cmd_simulate(Args& args) {
   std::cout << "problem  " << s.problem.describe() << "; tiles " << s.tiles.block_m << "x" << s.tiles.block_n
             << "; " << ctas << " CTAs; gqa " << dash::gqa_mode_name(s.gqa) << "\n";
   std::cout << "cost     " << cost.describe() << "\n\n";
-  const auto candidates = simulate_all(s, ctas, cost, svg.has_value());
+  const auto candidates = simulate_all(s, ctas, cost, svg.has_value(), nondeterministic);
   double ascending = 0;
   for (const auto& c : candidates)
     if (c.planner == dash::Planner::Ascending && c.plan) ascending = c.sim.makespan;
@@ -246,8 +267,9 @@ int cmd_simulate(Args& args) {
                     : s.problem.group_size() > 1
                         ? " (non-deterministic: the table's plan; the GQA mode from the whole problem, batch included)"
                         : " (non-deterministic: the table's plan)";
-  std::cout << "\nauto picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::Auto) << why
-            << "; auto-fastest picks " << chosen_by(s, ctas, cost, dash::Schedule::Kind::AutoFastest) << "\n";
+  std::cout << "\nauto picks " << chosen_with_makespan(s, ctas, cost, dash::Schedule::Kind::Auto, nondeterministic)
+            << why << "; auto-fastest picks "
+            << chosen_with_makespan(s, ctas, cost, dash::Schedule::Kind::AutoFastest, nondeterministic) << "\n";
   if (svg) {
     const Candidate* drawn = best;
     if (svg_schedule) {
@@ -292,7 +314,7 @@ int cmd_grid(Args& args) {
         s.tiles = dash::default_backward_tiles(hdim);
         const dash::CostModel cost = make_cost(cost_choice, s.problem, s.tiles);
         const auto t0 = std::chrono::steady_clock::now();
-        const auto candidates = simulate_all(s, ctas, cost, false);
+        const auto candidates = simulate_all(s, ctas, cost, false, false);
         total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         std::string cells;
         double asc = 0, best_time = 1e300;

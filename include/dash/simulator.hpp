@@ -2,7 +2,8 @@
 // dash/simulator.hpp — event simulation of a plan on P co-resident CTAs under a cost model: makespan,
 // per-CTA busy / waiting / idle time, and the critical path. It executes the same model the kernels and the
 // validator use (docs/DEADLOCK.md): CTAs claim tickets in order from a global counter; a visit computes,
-// then waits until its dQ accumulator's counter equals its rank, reduce-adds, and releases.
+// then waits until its dQ accumulator's counter equals its rank, reduce-adds, and releases (the deterministic
+// backward; SimOptions::nondeterministic models the unordered one, whose adds wait for nothing).
 #pragma once
 
 #include <cstdint>
@@ -59,6 +60,10 @@ struct SimResult {
 struct SimOptions {
   bool record_spans = false;
   bool critical_path = true; // false saves the per-span memory when only the makespan is wanted
+  // The non-deterministic backward: dQ partials (and split-heads dK/dV) are added in whatever order they come
+  // (atomics), so no add waits for a turn. A plan with DASH_PLAN_NONDETERMINISTIC_ONLY runs only so, and is
+  // simulated so whatever this says.
+  bool nondeterministic = false;
 };
 
 // Simulates the whole problem (all units) on `num_ctas` CTAs.

@@ -2,7 +2,8 @@
 // simulator.cpp — exact, deterministic discrete-event simulation of a backward plan on P CTAs under a cost
 // model (dash/simulator.hpp), and the cost models it runs under. The execution model is docs/DEADLOCK.md's:
 // CTAs claim tickets from a global counter; a visit computes, waits for its dQ accumulator's turn,
-// reduce-adds and releases; in SPLIT_HEADS GQA the query heads of a group add dK/dV in group-rank order.
+// reduce-adds and releases; in SPLIT_HEADS GQA the query heads of a group add dK/dV in group-rank order. A
+// non-deterministic run (SimOptions::nondeterministic) keeps the streams and costs but adds in any order.
 //
 // How the model maps onto the code. Each CTA has two streams:
 //   - the compute stream (MMA warps): claims, segment overheads, computes, ordered dK/dV adds;
@@ -119,6 +120,7 @@ class Simulation {
     overlap_ = cost.overlap_reduce;
     claim_ahead_ = cost.claim_ahead && (h_.flags & DASH_PLAN_WAITS_ONLY_BACKWARD) != 0;
     ordered_dkv_ = dash_plan_splits_dkv(&h_) && cost.dkv_reduce > 0;
+    unordered_ = options.nondeterministic || (h_.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) != 0;
     keep_spans_ = options.record_spans || options.critical_path;
     dq_.resize(size_t(h_.num_units) * h_.heads_per_unit * h_.num_q_tiles);
     if (ordered_dkv_) dkv_.resize(size_t(h_.num_units / h_.group_size) * h_.num_kv_tiles);
@@ -172,6 +174,13 @@ class Simulation {
   }
   static uint64_t waiter_key(size_t counter, uint32_t rank) { return (uint64_t(counter) << 16) | rank; }
 
+  // Whether the contribution of `rank` to `counter` may be added at `now`. Unordered (non-deterministic) adds
+  // are atomics: ready at once, whatever the rank (time 0, so that `later` keeps the caller's own instant).
+  Turn turn_of(const OrderedCounter& counter, uint32_t rank, double now) const {
+    if (unordered_) return {Turn::Ready, Instant{}};
+    return check_turn(counter, rank, now, cost_.signal_latency);
+  }
+
   // ---- spans and events ----
   int64_t record(int32_t cta, SpanKind kind, const Instant& start, double end, int64_t ticket, int32_t visit) {
     if (kind != SpanKind::Wait) makespan_ = std::max(makespan_, end);
@@ -210,8 +219,7 @@ class Simulation {
     switch (cta.buffer) {
       case BufferState::Empty: return false;
       case BufferState::WaitingTurn: {
-        const Turn turn =
-            check_turn(dq_[cta.pending_accumulator], cta.pending_rank, now, cost_.signal_latency);
+        const Turn turn = turn_of(dq_[cta.pending_accumulator], cta.pending_rank, now);
         if (turn.kind != Turn::Ready) return false;
         const Instant start = later(cta.handoff, turn.ready);
         // Blocking mode: the CTA sits idle from its compute's end until its turn. In overlap mode the
@@ -387,8 +395,7 @@ class Simulation {
   bool try_start_dkv(int32_t c, double now) {
     CtaState& cta = ctas_[c];
     const int32_t kv_tile = plan_.segments[cta.segment].kv_tile;
-    const Turn turn = check_turn(dkv_[dkv_index(cta.unit, kv_tile)], uint32_t(group_rank(cta.unit)), now,
-                                 cost_.signal_latency);
+    const Turn turn = turn_of(dkv_[dkv_index(cta.unit, kv_tile)], uint32_t(group_rank(cta.unit)), now);
     if (turn.kind != Turn::Ready) return false;
     const Instant start = later(cta.ready, turn.ready);
     add_wait(c, cta.ready.time, start.time, cta.ticket, -1);
@@ -405,15 +412,14 @@ class Simulation {
     if (cta.state == ComputeState::Busy) wake(c, cta.busy_end);
     if (cta.buffer == BufferState::Reducing) wake(c, cta.reduce_end);
     if (cta.buffer == BufferState::WaitingTurn) {
-      const Turn turn =
-          check_turn(dq_[cta.pending_accumulator], cta.pending_rank, now, cost_.signal_latency);
+      const Turn turn = turn_of(dq_[cta.pending_accumulator], cta.pending_rank, now);
       if (turn.kind == Turn::Later) wake(c, turn.ready.time);
       if (turn.kind == Turn::Blocked) dq_waiters_[waiter_key(cta.pending_accumulator, cta.pending_rank)] = c;
     }
     if (cta.state == ComputeState::DkvWaiting) {
       const size_t index = dkv_index(cta.unit, plan_.segments[cta.segment].kv_tile);
       const uint32_t rank = uint32_t(group_rank(cta.unit));
-      const Turn turn = check_turn(dkv_[index], rank, now, cost_.signal_latency);
+      const Turn turn = turn_of(dkv_[index], rank, now);
       if (turn.kind == Turn::Later) wake(c, turn.ready.time);
       if (turn.kind == Turn::Blocked) dkv_waiters_[waiter_key(index, rank)] = c;
     }
@@ -539,6 +545,7 @@ class Simulation {
   const SimOptions options_;
   std::vector<CtaState> ctas_;
   bool overlap_ = false, claim_ahead_ = false, ordered_dkv_ = false, keep_spans_ = true;
+  bool unordered_ = false;  // SimOptions::nondeterministic, or a plan that runs only so: no add waits for a turn
   int64_t total_tickets_ = 0, next_ticket_ = 0;
   std::vector<OrderedCounter> dq_, dkv_;
   std::unordered_map<uint64_t, int32_t> dq_waiters_, dkv_waiters_; // (counter, rank) -> waiting CTA

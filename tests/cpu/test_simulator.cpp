@@ -278,6 +278,53 @@ TEST(SimTiny, ForwardWaitNeedsCoresidentCtas) {
   EXPECT_DOUBLE_EQ(pair.makespan, 1.5);
 }
 
+// ---- the non-deterministic mode: adds in any order ----
+
+TEST(SimNondeterministic, NoAddWaitsForItsTurn) {
+  dash::SimOptions options;
+  options.nondeterministic = true;
+  // Deterministic, CTA 1's first reduce waits 0.25 for CTA 0's (RankDependencyBetweenTwoCtas): here both run
+  // compute, reduce, compute, reduce back to back.
+  const auto sim = dash::simulate(ascending_two_by_two(), 2, paper(), options);
+  ASSERT_FALSE(sim.deadlocked);
+  EXPECT_DOUBLE_EQ(sim.makespan, 2 * 1.25);
+  EXPECT_DOUBLE_EQ(sim.cta_wait[0], 0.0);
+  EXPECT_DOUBLE_EQ(sim.cta_wait[1], 0.0);
+  EXPECT_DOUBLE_EQ(sim.wait_fraction, 0.0);
+  expect_consistent_critical_path(sim, paper());
+}
+
+TEST(SimNondeterministic, ARankOrderThatCannotRunOnOneCtaDoesNotMatter) {
+  // Ticket 0 adds at rank 1, after ticket 1 (ForwardWaitNeedsCoresidentCtas): one CTA deadlocks deterministically,
+  // and runs both items back to back unordered, under the option or under the plan's own flag.
+  const auto plan = tiny_plan({{{0, {{0, 1}}}}, {{1, {{0, 0}}}}});
+  dash::SimOptions options;
+  options.nondeterministic = true;
+  const auto sim = dash::simulate(plan, 1, paper(), options);
+  ASSERT_FALSE(sim.deadlocked) << sim.deadlock_detail;
+  EXPECT_DOUBLE_EQ(sim.makespan, 2 * 1.25);
+
+  auto flagged = plan;
+  flagged.header.flags |= DASH_PLAN_NONDETERMINISTIC_ONLY;
+  const auto by_flag = dash::simulate(flagged, 1, paper());
+  ASSERT_FALSE(by_flag.deadlocked) << by_flag.deadlock_detail;
+  EXPECT_DOUBLE_EQ(by_flag.makespan, 2 * 1.25);
+}
+
+TEST(SimNondeterministic, GqaDkvAddsWaitForNoGroupRank) {
+  // GqaSplitHeadsAddsDkvInGroupRankOrder's plan: rank 1 heads no longer wait for rank 0's dK/dV add.
+  const auto plan = tiny_plan({{{0, {{0, 0}}}}}, {4, 2, 0});
+  auto cost = paper();
+  cost.dkv_reduce = 0.5;
+  dash::SimOptions options;
+  options.nondeterministic = true;
+  const auto sim = dash::simulate(plan, 4, cost, options);
+  ASSERT_FALSE(sim.deadlocked) << sim.deadlock_detail;
+  EXPECT_DOUBLE_EQ(sim.makespan, 1.75);
+  for (int c = 0; c < 4; ++c) EXPECT_DOUBLE_EQ(sim.cta_wait[c], 0.0) << "CTA " << c;
+  EXPECT_DOUBLE_EQ(sim.total_reduce, 4 * 0.25 + 4 * 0.5);
+}
+
 // ---- GQA: ordered dK/dV adds across a group (SPLIT_HEADS) ----
 
 TEST(SimTiny, GqaSplitHeadsAddsDkvInGroupRankOrder) {
