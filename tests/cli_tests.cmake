@@ -118,3 +118,7 @@ set_tests_properties(cli.plan_varlen PROPERTIES LABELS cpu
 add_test(NAME cli.plan_varlen_bad COMMAND dash-attn plan --varlen 3,x)
 set_tests_properties(cli.plan_varlen_bad PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "--varlen: expected comma-separated lengths N or Q:K")
+# The non-deterministic mode: no add waits for its turn (wait% 0.0), and the auto pick's makespan is printed.
+add_test(NAME cli.simulate_nondeterministic COMMAND dash-attn simulate --seqlen 2048 --heads 4 --causal --nondeterministic)
+set_tests_properties(cli.simulate_nondeterministic PROPERTIES LABELS cpu
+  PASS_REGULAR_EXPRESSION "ascending +[0-9.]+ +[0-9.]+ +0\\.0 .*auto picks [a-z-]+( [(]gqa [a-z]+[)])?, makespan [0-9.]+")
