@@ -137,14 +137,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (gqa != "auto" && gqa != "split" && gqa != "pack" && gqa != "auto-nondeterministic") {
+  const std::optional<dash::GqaMode> gqa_named = dash::gqa_mode_named(gqa);
+  if (!gqa_named) {
     std::fprintf(stderr, "--gqa: expected auto, split, pack or auto-nondeterministic, got '%s'\n", gqa.c_str());
     return 2;
   }
-  const int32_t gqa_mode = gqa == "pack"    ? DASH_GQA_PACK_GROUP
-                           : gqa == "split" ? DASH_GQA_SPLIT_HEADS
-                           : gqa == "auto"  ? DASH_GQA_AUTO
-                                            : DASH_GQA_AUTO_NONDETERMINISTIC;
+  const int32_t gqa_mode = static_cast<int32_t>(*gqa_named);
   FILE* out = std::fopen(out_path.c_str(), "w");
   if (!out) {
     std::perror(out_path.c_str());

@@ -379,11 +379,9 @@ inline Shape parse_shape(Args& args, bool studies) {
     throw Error(s.tiles.block_m == 0 ? "--block-n" : "--block-m", "give both --block-m and --block-n, or neither");
   if (s.tiles.block_m == 0) s.tiles = dash::default_backward_tiles(p.head_dim);
   if (auto g = args.value("--gqa")) {
-    if (*g == "split") s.gqa = dash::GqaMode::SplitHeads;
-    else if (*g == "pack") s.gqa = dash::GqaMode::PackGroup;
-    else if (*g == "auto") s.gqa = dash::GqaMode::Auto;
-    else if (*g == "auto-nondeterministic") s.gqa = dash::GqaMode::AutoNondeterministic;
-    else throw Error("--gqa", "expected split, pack, auto or auto-nondeterministic, got '" + *g + "'");
+    const std::optional<dash::GqaMode> mode = dash::gqa_mode_named(*g);
+    if (!mode) throw Error("--gqa", "expected split, pack, auto or auto-nondeterministic, got '" + *g + "'");
+    s.gqa = *mode;
   }
   p.validate();
   return s;

@@ -51,6 +51,8 @@ constexpr bool is_gqa_request(int32_t mode) {
   return mode >= DASH_GQA_SPLIT_HEADS && mode <= DASH_GQA_AUTO_NONDETERMINISTIC;
 }
 const char* gqa_mode_name(GqaMode mode);
+// The mode gqa_mode_name gives `name` ("split", "pack", "auto", "auto-nondeterministic"); nullopt for any other.
+std::optional<GqaMode> gqa_mode_named(std::string_view name);
 
 // A schedule as users name it: one planner, or a rule that picks one.
 struct Schedule {

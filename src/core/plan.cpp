@@ -801,12 +801,13 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
       const PackVerdict verdict = pack_decided ? PackVerdict::Skip : pack_verdict(req, items);
       if (verdict != PackVerdict::Run) {
         if (verdict == PackVerdict::Defer) deferred_pack.emplace(c, key);
-        const std::string n = std::to_string(items), ctas = std::to_string(req.num_ctas);
-        if (!pack_decided)
+        if (!pack_decided) {
+          const std::string n = std::to_string(items), ctas = std::to_string(req.num_ctas);
           note += verdict == PackVerdict::Skip
                       ? "; pack skipped (" + n + " work items for " + ctas + " CTAs)"
                       : "; pack deferred (" + n + " work items, under " + std::to_string(kPackRoundsBeforeBalanced) +
                             " rounds of " + ctas + " CTAs: the balanced plan first)";
+        }
         pack_decided = true;
         record->skipped.push_back({key, SkipReason::Items});
         continue;

@@ -65,6 +65,12 @@ const char* gqa_mode_name(GqaMode mode) {
                                                  : "split";
 }
 
+std::optional<GqaMode> gqa_mode_named(std::string_view name) {
+  for (GqaMode mode : {GqaMode::SplitHeads, GqaMode::PackGroup, GqaMode::Auto, GqaMode::AutoNondeterministic})
+    if (name == gqa_mode_name(mode)) return mode;
+  return std::nullopt;
+}
+
 // ---- Threads for large templates (also used by validate.cpp, which declares these) ----
 // A 128k-token unit holds 1-8M visits: 10-40 ms of building and validating on one core, where a new shape's first
 // call should take a few. The visits split into independent parts (by segment, or by lock-step position), so

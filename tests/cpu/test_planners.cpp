@@ -725,3 +725,11 @@ TEST(PlansInProduction, AutoIsNeverFarBehindTheSimulatorsBest) {
                                               << best_name;
   }
 }
+
+TEST(Planners, GqaModeNamesRoundTrip) {
+  for (dash::GqaMode mode : {dash::GqaMode::SplitHeads, dash::GqaMode::PackGroup, dash::GqaMode::Auto,
+                             dash::GqaMode::AutoNondeterministic})
+    EXPECT_EQ(dash::gqa_mode_named(dash::gqa_mode_name(mode)), mode) << dash::gqa_mode_name(mode);
+  EXPECT_EQ(dash::gqa_mode_named("packed"), std::nullopt);
+  EXPECT_EQ(dash::gqa_mode_named(""), std::nullopt);
+}
