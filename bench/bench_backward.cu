@@ -15,7 +15,8 @@
 // Per configuration: random normal inputs on the device (never zeros), O and LSE from dash_fwd (so P is the
 // real softmax); `warmup` untimed calls, then `iters` calls each bracketed by its own CUDA events; median,
 // min, max. FLOPs: dash_attention_flops (the protocol's one definition). Bitwise: the gradients of
-// 3 further runs are hashed and compared. Each row also carries the simulator's makespan for the same plan
+// 3 further runs are hashed and compared (the JSON's gradient_hash is the first: the inputs come from fixed seeds, so
+// two builds' deterministic rows of one plan can be compared bit for bit). Each row also carries the simulator's makespan for the same plan
 // (dash::simulate with CostModel::for_problem) so the ranking can be calibrated.
 // --config: one configuration instead of the grid (profiling, A/B runs). --schedules: which rows to run, from
 // nondet (the non-deterministic mode with the auto plan) and the deterministic schedules; default all.
@@ -318,11 +319,12 @@ int main(int argc, char** argv) {
                    "{\"commit\":\"%s\",\"gpu\":\"%s\",\"sms\":%d,\"cuda_runtime\":%d,\"op\":\"backward\",\"config\":\"%s\","
                    "\"batch\":%d,\"seqlen\":%d,\"heads_q\":%d,\"heads_kv\":%d,\"head_dim\":%d,\"mask\":\"%s\",\"dtype\":\"bf16\","
                    "\"mode\":\"%s\",\"schedule\":\"%s\",\"median_ms\":%.4f,\"min_ms\":%.4f,\"max_ms\":%.4f,\"tflops\":%.2f,"
-                   "\"bitwise_identical_3_runs\":%s,\"simulated_makespan_us\":%.1f,\"iters\":%d,\"warmup\":%d,\"gqa\":\"%s\","
-                   "\"gqa_plan\":\"%s\"}\n",
+                   "\"bitwise_identical_3_runs\":%s,\"gradient_hash\":\"%016llx\",\"simulated_makespan_us\":%.1f,"
+                   "\"iters\":%d,\"warmup\":%d,\"gqa\":\"%s\",\"gqa_plan\":\"%s\"}\n",
                    commit.c_str(), prop.name, sms, runtime, config_name, c.batch, c.seqlen, c.heads_q, c.heads_kv,
                    c.head_dim, c.causal ? "causal" : "full", det ? "deterministic" : "nondeterministic", schedule, med,
-                   mn, mx, tflops, bitwise ? "true" : "false", sim_us, iters, warmup, gqa.c_str(), gqa_plan);
+                   mn, mx, tflops, bitwise ? "true" : "false", static_cast<unsigned long long>(first), sim_us, iters,
+                   warmup, gqa.c_str(), gqa_plan);
       std::fflush(out);
       std::fflush(stdout);
 
