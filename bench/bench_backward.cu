@@ -15,9 +15,9 @@
 // Per configuration: random normal inputs on the device (never zeros), O and LSE from dash_fwd (so P is the
 // real softmax); `warmup` untimed calls, then `iters` calls each bracketed by its own CUDA events; median,
 // min, max. FLOPs: dash_attention_flops (the protocol's one definition). Bitwise: the gradients of
-// 3 further runs are hashed and compared (the JSON's gradient_hash is the first: the inputs come from fixed seeds, so
-// two builds' deterministic rows of one plan can be compared bit for bit). Each row also carries the simulator's makespan for the same plan
-// (dash::simulate with CostModel::for_problem) so the ranking can be calibrated.
+// 3 further runs are hashed and compared (the JSON's gradient_hash is the first: the inputs come from fixed seeds,
+// so two builds' deterministic rows of one plan can be compared bit for bit). Each row also carries the simulator's
+// makespan for the same plan (dash::simulate with CostModel::for_problem) so the ranking can be calibrated.
 // --config: one configuration instead of the grid (profiling, A/B runs). --schedules: which rows to run, from
 // nondet (the non-deterministic mode with the auto plan) and the deterministic schedules; default all.
 // --busy-ms N [--busy-ctas K[,K...]] [--busy-repeats R]: after each row, for each K, R more backwards (default 5),
