@@ -175,7 +175,13 @@ typedef struct dash_plan_header {
   uint32_t visits_offset;             /* dash_visit[visits_per_unit] */
   uint32_t dq_count_offset;           /* uint16_t[heads_per_unit * num_q_tiles]: contributions per dQ accumulator */
   uint32_t group_head_by_rank_offset; /* uint8_t[group_size]: query head (in group) with dK/dV rank r */
-  uint32_t reserved1[3];
+  /* Lock-step plans: every dQ accumulator's consecutive ranks come from visits at least this many positions apart
+   * in their items (all items advance a position per step, so that many visits apart in time); 0 where the planner
+   * promises nothing (0 in blobs of before 2026-12-06, where this was reserved). A promise of speed, not of
+   * correctness: the turns enforce the order whatever it says. The backward runs its kernels whose dQ hand-off
+   * leaves a visit late (head dim 64's staggered warpgroups) in the deterministic mode only where it is >= 2. */
+  int32_t rank_spacing;
+  uint32_t reserved1[2];
   uint32_t reserved2[2];
 } dash_plan_header;
 

@@ -284,6 +284,7 @@ struct TemplateDraft {
   explicit TemplateDraft(Memory arena) : items(arena) {}
   List<ItemDraft> items; // claim order
   RankRule rank_rule = RankRule::ClaimOrder;
+  int32_t rank_spacing = 0;  // dash_plan_header::rank_spacing
   bool generalised = false;
   std::string note;
 };
@@ -401,17 +402,33 @@ void chunk_lockstep_items(TemplateDraft& t, const char* unit_of_item) {
             " items in lock-step (its wave)";
 }
 
+// Where chunk_lockstep_items splits a full-mask shift template, its lock-step items start kRankSpacing rows apart.
+// With the published offsets (KV tile n starts at its n-th row) the 16 items of a segment visit 16 consecutive rows
+// at each step, so a dQ tile's consecutive ranks come one visit apart and each hand-off (staged partial, turn, bulk
+// add to completion, release) has one visit to finish in; a kernel whose hand-off leaves a visit late then makes
+// every chain wait. Under the full mask every KV tile has the same R rows, and item j of every segment may start at
+// row kRankSpacing * j: the 16 offsets stay pairwise distinct while 16 * kRankSpacing <= R (no two items visit one
+// dQ tile at a step), and all visits of a row fall on steps of one residue mod kRankSpacing, which divides R (a
+// segment's length), so consecutive visits of a row lie kRankSpacing steps apart or more, across segments too.
+constexpr int32_t kRankSpacing = 2;
+
 TemplateDraft plan_shift(const UnitRows& rows, Mask mask) {
   // KV tile n starts at its n-th row and wraps. With the full mask and at least as many Q tiles as KV
   // tiles, the items touch pairwise distinct dQ tiles at every lock-step, so no contribution ever waits.
   TemplateDraft t(rows.arena);
+  const int64_t row_count = rows.kv.empty() ? 0 : rows.count(0);  // every KV tile's, under the full mask
+  const bool spaced = mask == Mask::Full && rows.kv.size() > kMaxLockstepItems &&
+                      row_count % kRankSpacing == 0 && int64_t(kMaxLockstepItems) * kRankSpacing <= row_count;
   int64_t max_rows = 0;
   t.items.reserve(rows.kv.size());
   for (const KvRows& kv : rows.kv) {
-    t.items.push_back(one_segment_item(kv, rotated(rows.heads, kv.q_begin, kv.q_end, kv.kv_tile, rows.arena)));
+    // kv_tile is the item's index here, so kv_tile % kMaxLockstepItems is its lock-step item once chunked.
+    const int64_t offset = spaced ? int64_t(kRankSpacing) * (kv.kv_tile % int64_t(kMaxLockstepItems)) : kv.kv_tile;
+    t.items.push_back(one_segment_item(kv, rotated(rows.heads, kv.q_begin, kv.q_end, offset, rows.arena)));
     max_rows = std::max(max_rows, rows.count(kv.kv_tile));
   }
   t.rank_rule = RankRule::LockstepArrival;
+  if (spaced) t.rank_spacing = kRankSpacing;
   if (mask != Mask::Full) {
     t.generalised = true;
     t.note = "shift is built for the full mask; with this mask each KV tile rotates within its own Q range, "
@@ -421,6 +438,10 @@ TemplateDraft plan_shift(const UnitRows& rows, Mask mask) {
     t.note = "fewer Q tiles than KV tiles: KV tiles n and n + #Q collide at every lock-step";
   }
   chunk_lockstep_items(t, "KV tiles");
+  if (spaced)
+    t.note += "; the items of a segment start " + std::to_string(kRankSpacing) +
+              " Q tiles apart, so that a dQ tile's consecutive adds come " + std::to_string(kRankSpacing) +
+              " visits apart";
   return t;
 }
 
@@ -893,6 +914,7 @@ UnitDraftPtr draft_unit(const Problem& problem, Planner planner, TileShape tiles
   h.magic = DASH_PLAN_MAGIC;
   h.version = DASH_PLAN_FORMAT_VERSION;
   h.flags = draft.generalised ? DASH_PLAN_GENERALISED : 0;
+  h.rank_spacing = draft.rank_spacing;
   h.problem = problem.to_c();
   h.block_m = tiles.block_m;
   h.block_n = tiles.block_n;

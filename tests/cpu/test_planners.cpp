@@ -153,6 +153,48 @@ TEST(Planners, LockstepPlansNeedTheirWaveCoResidentAndSaySo) {
   }
 }
 
+// The smallest distance, over every accumulator, between the positions (in their items) of the visits of its
+// consecutive ranks; INT_MAX where no accumulator has two. In lock-step every item moves one position per step.
+int smallest_rank_spacing(const dash::Plan& plan) {
+  std::map<std::pair<int, int>, std::map<int, int>> position;  // (head_in_unit, q_tile) -> rank -> position
+  for (const dash_item& item : plan.items) {
+    int at = 0;
+    for (int s = item.first_segment; s < item.first_segment + item.num_segments; ++s)
+      for (int v = plan.segments[s].first_visit; v < plan.segments[s].first_visit + plan.segments[s].num_visits; ++v)
+        position[{plan.visits[v].head_in_unit, plan.visits[v].q_tile}][plan.visits[v].dq_rank] = at++;
+  }
+  int smallest = INT_MAX;
+  for (const auto& [accumulator, by_rank] : position)
+    for (auto it = std::next(by_rank.begin()); it != by_rank.end(); ++it)
+      smallest = std::min(smallest, it->second - std::prev(it)->second);
+  return smallest;
+}
+
+TEST(Planners, ChunkedFullMaskShiftSpacesEveryDqChainTwoVisitsApart) {
+  // Chunked (more than 16 KV tiles) under the full mask: the header promises 2, and the tables keep it, across
+  // segments too; split heads and packed GQA units.
+  struct Case { int sq, sk, hq, hkv; dash::GqaMode mode; };
+  for (const Case& c : {Case{4096, 4096, 1, 1, dash::GqaMode::SplitHeads}, Case{16384, 16384, 1, 1, dash::GqaMode::SplitHeads},
+                        Case{4096, 4096, 4, 2, dash::GqaMode::PackGroup}, Case{8192, 3072, 1, 1, dash::GqaMode::SplitHeads}}) {
+    const dash::Plan plan = named(make_problem(c.sq, c.sk, dash::Mask::Full, c.hq, c.hkv), Planner::Shift, {128, 128},
+                                  132, c.mode);
+    EXPECT_EQ(plan.header.rank_spacing, 2) << c.sq << " x " << c.sk;
+    EXPECT_GE(smallest_rank_spacing(plan), 2) << c.sq << " x " << c.sk;
+    EXPECT_NE(plan.note.find("2 visits apart"), std::string::npos) << plan.note;
+  }
+  // No promise where the construction gives none: the published offsets (at most 16 KV tiles: every Q tile has a
+  // visit at every step), fewer rows than 16 x 2 (16 Q tiles for 32 KV tiles), masks other than full, other planners.
+  const dash::Plan published = named(make_problem(2048, 2048, dash::Mask::Full), Planner::Shift, {128, 128});
+  EXPECT_EQ(published.header.rank_spacing, 0);
+  EXPECT_EQ(smallest_rank_spacing(published), 1);
+  EXPECT_EQ(named(make_problem(2048, 4096, dash::Mask::Full), Planner::Shift, {128, 128}, 132).header.rank_spacing, 0);
+  for (Planner planner : {Planner::Ascending, Planner::Descending, Planner::Shift, Planner::SymmetricShift})
+    EXPECT_EQ(named(make_problem(8192, 8192, dash::Mask::Causal), planner, {128, 128}, 132).header.rank_spacing, 0)
+        << dash::planner_name(planner);
+  EXPECT_EQ(named(make_problem(8192, 8192, dash::Mask::Full), Planner::SymmetricShift, {128, 128}, 132).header.rank_spacing,
+            0);
+}
+
 // ---- the published orders ----
 
 TEST(Planners, ShiftFullMaskMatchesThePapersFourByFourTable) {

@@ -447,6 +447,9 @@ std::vector<ScheduleParam> schedule_params() {
     out.push_back({{1, 8, 2, 300, 300, 256, DASH_MASK_CAUSAL}, s, DASH_GQA_SPLIT_HEADS});
   }
   out.push_back({{1, 8, 2, 300, 300, 128, DASH_MASK_CAUSAL}, "ascending", DASH_GQA_PACK_GROUP});
+  // Head dim 64, full mask, 34 KV tiles: shift chunks it and spaces its dQ chains 2 visits apart (rank_spacing 2), so
+  // the deterministic mode runs the staggered kernel (its hand-off a visit late) on this plan.
+  out.push_back({{1, 1, 1, 4352, 4352, 64, DASH_MASK_FULL}, "shift", DASH_GQA_SPLIT_HEADS});
   return out;
 }
 

@@ -63,6 +63,7 @@ struct BwdParams {
 
   // Modes.
   int32_t deterministic;  // 1: ordered dQ (and dK/dV) adds; 0: unordered atomic adds
+  int32_t rank_spacing;   // the plan header's (dash_plan_header::rank_spacing): host-side kernel choice only
   int32_t split_dkv;      // some unit's dK/dV go through the fp32 accumulators (the workspace has them; convert adds)
 
   // Workspace (bwd_workspace_layout).

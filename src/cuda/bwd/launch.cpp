@@ -69,6 +69,7 @@ BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t d
   params.num_q_tiles = h.num_q_tiles;
   params.num_kv_tiles = h.num_kv_tiles;
   params.deterministic = deterministic;
+  params.rank_spacing = h.rank_spacing;
   // A varlen header's GQA mode says whether any of its templates splits (plan_handle.cpp).
   params.split_dkv = dash_plan_splits_dkv(&h);
   params.ticket_counter = reinterpret_cast<int32_t*>(ws + w.ticket);

@@ -838,6 +838,12 @@ dash_status dash_plan_create_varlen(dash_pack_t pack, const char* schedule, int3
   h.items_per_unit = int32_t(vp.num_tickets);
   h.num_ctas = num_ctas;
   h.min_coresident_ctas = vp.wave;
+  // The pack keeps a spacing only as far as every sequence's template promises it.
+  h.rank_spacing = 0;
+  for (size_t t = 0; t < vp.templates.size(); ++t) {
+    const int32_t spacing = vp.templates[t].header.rank_spacing;
+    h.rank_spacing = t == 0 ? spacing : std::min(h.rank_spacing, spacing);
+  }
   plan->varlen = std::move(state);
   plan->note = vp.note;
   plan->device = device;

@@ -52,7 +52,8 @@ namespace dash::hopper::bwd {
 using kernels::bwd::BwdTiles;
 
 // kStaggerRequested: the staggered warpgroups below, where the tiles allow them. The launcher asks for them in the
-// non-deterministic mode only (bwd_launch.cuh), so a head dim that allows them has two instantiations of the kernel.
+// non-deterministic mode, and in the deterministic one where the plan spaces each dQ chain's adds two visits apart
+// (bwd_launch.cuh), so a head dim that allows them has two instantiations of the kernel.
 template <int kHeadDim_, int kHeadDimV_, dash_dtype kDtype, bool kStaggerRequested = false>
 struct BwdConfig {
   using Element = typename CuteElement<kDtype>::type;     // for CuTe (wgmma, TMA)
@@ -130,9 +131,10 @@ struct BwdConfig {
   // alternately, so that one warpgroup's exponentials run during the other's GEMMs. The arithmetic is the base's: the
   // same GEMMs on the same data, bitwise the same gradients. Measured +2-5% non-deterministic at head dim 64 with two
   // staging buffers; in the deterministic mode it cost the lock-step schedules of short sequences 5-7% (a dQ chain
-  // waits a visit longer for the leader's rows at every rank), and chosen at run time inside one kernel it made both
-  // modes slower: hence a separate instantiation (kStaggerRequested). docs/history/kernel-notes-bwd-wgmma.md,
-  // 2026-12-04 14:31. (kStaggered is declared with kDqStages above.)
+  // waits a visit longer for the leader's rows at every rank; plans whose chains have that visit to spare say so in
+  // dash_plan_header::rank_spacing), and chosen at run time inside one kernel it made both modes slower: hence a
+  // separate instantiation (kStaggerRequested). docs/history/kernel-notes-bwd-wgmma.md, 2026-12-04 14:31.
+  // (kStaggered is declared with kDqStages above.)
   static_assert(kDqWarpgroupsM * 64 == kBlockM && kDqWarpgroupsN * kDqCols == kHeadDim && kDqCols % 16 == 0,
                 "a 64 x kDqCols dQ block per warpgroup");
   // The query columns of S^T a thread holds (the wgmma accumulator layout): col_base + 8j + {0, 1}, j < kStatCols / 2,

@@ -135,14 +135,16 @@ dash_status run_with(kernels::bwd::BwdParams const& params, int32_t num_ctas, in
 }
 
 // The backward of one (head dims, dtype). Where the tiles allow staggered warpgroups (BwdConfig::kStaggered), the
-// non-deterministic mode runs that instantiation of the kernel; the deterministic mode keeps the warpgroups in lock
-// step, whose dQ hand-offs are not a visit late (a deterministic dQ chain waits for each of them).
+// non-deterministic mode runs that instantiation of the kernel. Its leader's dQ rows are handed off a visit late, so
+// the deterministic mode runs it only where the plan spaces every dQ chain's consecutive adds two visits apart or
+// more (dash_plan_header::rank_spacing); elsewhere the warpgroups stay in lock step, whose hand-offs are on time (a
+// deterministic dQ chain waits for each of them). Both give the same bits: the same GEMMs and adds in the same order.
 template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
 dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int device, cudaStream_t stream,
                 std::string& error) {
   using LockStep = BwdConfig<kHeadDim, kHeadDimV, kDtype>;
   if constexpr (LockStep::kCanStagger) {
-    if (!params.deterministic) {
+    if (!params.deterministic || params.rank_spacing >= 2) {
       return run_with<BwdConfig<kHeadDim, kHeadDimV, kDtype, true>>(params, num_ctas, device, stream, error);
     }
   }
