@@ -379,19 +379,25 @@ TemplateDraft plan_descending(const UnitRows& rows) {
 // unit has at most kMaxLockstepItems items: item j takes the KV tiles (shift) or pairs (symmetric shift) j, j + I,
 // j + 2I, ... of the unit's I items, one segment after another. Every item is then in its k-th segment at the same
 // steps, with rotation offsets again pairwise distinct, so each segment keeps the lock-step properties of the
-// published construction. 16 gave the lowest simulated undisturbed makespan of 8-32 on the protocol's 8k shapes
+// published construction (symmetric shift deals consecutive pairs out where that spaces its dQ chains; see
+// plan_symmetric_shift). 16 gave the lowest simulated undisturbed makespan of 8-32 on the protocol's 8k shapes
 // (3-8% below unchunked) and 1.25x instead of 1.3-1.8x with 8 of 132 SMs held (docs/benchmarks.md).
 constexpr size_t kMaxLockstepItems = 16;
 
-void chunk_lockstep_items(TemplateDraft& t, const char* unit_of_item) {
+// How chunk_lockstep_items deals the template's items out: item j takes items j, j + I, ... (interleaved), or the S
+// consecutive items j S, ..., j S + S - 1 (blocked; S items per chunked item, so at most I of them).
+enum class Chunking { Interleaved, Blocked };
+
+void chunk_lockstep_items(TemplateDraft& t, const char* unit_of_item, Chunking chunking = Chunking::Interleaved) {
   if (t.items.size() <= kMaxLockstepItems) return;
   const size_t per_item = (t.items.size() + kMaxLockstepItems - 1) / kMaxLockstepItems;
+  const size_t count = chunking == Chunking::Blocked ? (t.items.size() + per_item - 1) / per_item : kMaxLockstepItems;
   List<ItemDraft> chunked(t.items.get_allocator());
-  chunked.reserve(kMaxLockstepItems);
-  for (size_t i = 0; i < kMaxLockstepItems; ++i)
+  chunked.reserve(count);
+  for (size_t i = 0; i < count; ++i)
     chunked.push_back(ItemDraft{List<SegmentDraft>(t.items.get_allocator())});
   for (size_t i = 0; i < t.items.size(); ++i) {
-    auto& segments = chunked[i % kMaxLockstepItems].segments;
+    auto& segments = chunked[chunking == Chunking::Blocked ? i / per_item : i % kMaxLockstepItems].segments;
     segments.insert(segments.end(), std::make_move_iterator(t.items[i].segments.begin()),
                     std::make_move_iterator(t.items[i].segments.end()));
   }
@@ -507,7 +513,30 @@ TemplateDraft plan_symmetric_shift(const UnitRows& rows, Mask mask) {
     t.generalised = true;
     t.note = "odd number of KV tiles: the middle tile forms an item of its own";
   }
-  chunk_lockstep_items(t, "pairs");
+  // Chunked causal templates of a square tile grid whose pairs (P) and pairs per item (S) are even deal the pairs out
+  // in blocks, so that a dQ tile's consecutive adds come 2 visits apart (the staggered kernel's late hand-off then
+  // finds its chain's next add a visit away; see kRankSpacing). The argument, with N = 2P KV tiles, KV tile n's rows
+  // all heads x [n, N), H heads per unit, and pair k (KV tiles k and N - 1 - k) in segment k % S of item k / S:
+  // - every item spends H (N + 1) steps per segment, so all items are in segment s at the same steps;
+  // - in a segment, item k visits the rectangle (H x [P - 1, N)) rotated by k in its first H (P + 1) steps, its other
+  //   rows below P - 1 in the next ones, and its short side (rows from N - 1 - k >= P) from step H (2P - k) >=
+  //   H (P + 1) on: so two items meet on a dQ tile only in the same phase; there the pairs of a segment differ by a
+  //   multiple of S in k, and their visits of a tile by (h + 1) times that (rotation: |k - k'| < H (P + 1) - 1), >= 2;
+  // - across segments only the last step of segment s (item k at row N - 1 - k, head 0) and the first of s + 1 (item
+  //   k' at row P - 1 + k', head 0) are 1 apart; they meet iff k + k' = P, with k = j S + s and k' = j' S + s + 1,
+  //   i.e. (j + j') S + 2s + 1 = P: odd against even.
+  // tests/cpu/test_planners.cpp checks it on the tables; elsewhere (S odd, P odd, other masks) the interleaved deal.
+  const int32_t per_item = int32_t((size_t(pairs) + kMaxLockstepItems - 1) / kMaxLockstepItems);
+  const bool spaced = mask == Mask::Causal && n % 2 == 0 && size_t(pairs) > kMaxLockstepItems && pairs % 2 == 0 &&
+                      per_item % 2 == 0 && std::all_of(rows.kv.begin(), rows.kv.end(), [&](const KvRows& kv) {
+                        return kv.q_begin == kv.kv_tile && kv.q_end == n;  // KV tile n's rows: [n, N)
+                      });
+  chunk_lockstep_items(t, "pairs", spaced ? Chunking::Blocked : Chunking::Interleaved);
+  if (spaced) {
+    t.rank_spacing = kRankSpacing;
+    t.note += "; each item takes consecutive pairs, so that a dQ tile's consecutive adds come " +
+              std::to_string(kRankSpacing) + " visits apart";
+  }
   return t;
 }
 

@@ -188,11 +188,33 @@ TEST(Planners, ChunkedFullMaskShiftSpacesEveryDqChainTwoVisitsApart) {
   EXPECT_EQ(published.header.rank_spacing, 0);
   EXPECT_EQ(smallest_rank_spacing(published), 1);
   EXPECT_EQ(named(make_problem(2048, 4096, dash::Mask::Full), Planner::Shift, {128, 128}, 132).header.rank_spacing, 0);
-  for (Planner planner : {Planner::Ascending, Planner::Descending, Planner::Shift, Planner::SymmetricShift})
+  for (Planner planner : {Planner::Ascending, Planner::Descending, Planner::Shift})
     EXPECT_EQ(named(make_problem(8192, 8192, dash::Mask::Causal), planner, {128, 128}, 132).header.rank_spacing, 0)
         << dash::planner_name(planner);
   EXPECT_EQ(named(make_problem(8192, 8192, dash::Mask::Full), Planner::SymmetricShift, {128, 128}, 132).header.rank_spacing,
             0);
+}
+
+TEST(Planners, ChunkedSquareCausalSymmetricShiftSpacesEveryDqChainTwoVisitsApart) {
+  // Causal, as many Q tiles as KV tiles, P pairs and P / 16 (rounded up) pairs per item both even: the header
+  // promises 2 and the tables keep it; split heads and packed GQA units, 2 to 8 pairs per item.
+  struct Case { int seqlen, hq, hkv; dash::GqaMode mode; };
+  for (const Case& c : {Case{4608, 1, 1, dash::GqaMode::SplitHeads}, Case{8192, 1, 1, dash::GqaMode::SplitHeads},
+                        Case{16384, 1, 1, dash::GqaMode::SplitHeads}, Case{8192, 8, 2, dash::GqaMode::PackGroup},
+                        Case{14336, 4, 1, dash::GqaMode::PackGroup}, Case{32768, 1, 1, dash::GqaMode::SplitHeads}}) {
+    const dash::Plan plan = named(make_problem(c.seqlen, c.seqlen, dash::Mask::Causal, c.hq, c.hkv),
+                                  Planner::SymmetricShift, {128, 128}, 132, c.mode);
+    EXPECT_EQ(plan.header.rank_spacing, 2) << c.seqlen;
+    EXPECT_GE(smallest_rank_spacing(plan), 2) << c.seqlen;
+    EXPECT_NE(plan.note.find("2 visits apart"), std::string::npos) << plan.note;
+  }
+  // No promise, and the interleaved deal, elsewhere: an odd number of pairs per item (12288: 48 pairs, 3 per item),
+  // an odd number of pairs (7936: 31), at most 16 pairs (4096: unchunked), fewer keys than queries, the full mask.
+  for (auto [sq, sk] : {std::pair{12288, 12288}, {7936, 7936}, {4096, 4096}, {16384, 8192}}) {
+    const dash::Plan plan = named(make_problem(sq, sk, dash::Mask::Causal), Planner::SymmetricShift, {128, 128}, 132);
+    EXPECT_EQ(plan.header.rank_spacing, 0) << sq << " x " << sk;
+    EXPECT_EQ(smallest_rank_spacing(plan), 1) << sq << " x " << sk;
+  }
 }
 
 // ---- the published orders ----

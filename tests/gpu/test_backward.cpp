@@ -450,6 +450,9 @@ std::vector<ScheduleParam> schedule_params() {
   // Head dim 64, full mask, 34 KV tiles: shift chunks it and spaces its dQ chains 2 visits apart (rank_spacing 2), so
   // the deterministic mode runs the staggered kernel (its hand-off a visit late) on this plan.
   out.push_back({{1, 1, 1, 4352, 4352, 64, DASH_MASK_FULL}, "shift", DASH_GQA_SPLIT_HEADS});
+  // Head dim 64, causal, 36 KV tiles (18 pairs, 2 per item): symmetric shift deals its pairs out in blocks and spaces
+  // its dQ chains 2 visits apart, so the deterministic mode runs the staggered kernel here too.
+  out.push_back({{1, 1, 1, 4608, 4608, 64, DASH_MASK_CAUSAL}, "symmetric-shift", DASH_GQA_SPLIT_HEADS});
   return out;
 }
 
