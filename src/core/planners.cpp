@@ -388,9 +388,12 @@ constexpr size_t kMaxLockstepItems = 16;
 // consecutive items j S, ..., j S + S - 1 (blocked; S items per chunked item, so at most I of them).
 enum class Chunking { Interleaved, Blocked };
 
+// The template items each chunked item takes (at most): `items` dealt to kMaxLockstepItems.
+size_t chunked_per_item(size_t items) { return (items + kMaxLockstepItems - 1) / kMaxLockstepItems; }
+
 void chunk_lockstep_items(TemplateDraft& t, const char* unit_of_item, Chunking chunking = Chunking::Interleaved) {
   if (t.items.size() <= kMaxLockstepItems) return;
-  const size_t per_item = (t.items.size() + kMaxLockstepItems - 1) / kMaxLockstepItems;
+  const size_t per_item = chunked_per_item(t.items.size());
   const size_t count = chunking == Chunking::Blocked ? (t.items.size() + per_item - 1) / per_item : kMaxLockstepItems;
   List<ItemDraft> chunked(t.items.get_allocator());
   chunked.reserve(count);
@@ -418,6 +421,13 @@ void chunk_lockstep_items(TemplateDraft& t, const char* unit_of_item, Chunking c
 // segment's length), so consecutive visits of a row lie kRankSpacing steps apart or more, across segments too.
 constexpr int32_t kRankSpacing = 2;
 
+// A chunked template whose construction spaces its dQ chains (`how`) promises kRankSpacing and says so in its note.
+void mark_spaced(TemplateDraft& t, const std::string& how) {
+  t.rank_spacing = kRankSpacing;
+  t.note += "; " + how + ", so that a dQ tile's consecutive adds come " + std::to_string(kRankSpacing) +
+            " visits apart";
+}
+
 TemplateDraft plan_shift(const UnitRows& rows, Mask mask) {
   // KV tile n starts at its n-th row and wraps. With the full mask and at least as many Q tiles as KV
   // tiles, the items touch pairwise distinct dQ tiles at every lock-step, so no contribution ever waits.
@@ -434,7 +444,6 @@ TemplateDraft plan_shift(const UnitRows& rows, Mask mask) {
     max_rows = std::max(max_rows, rows.count(kv.kv_tile));
   }
   t.rank_rule = RankRule::LockstepArrival;
-  if (spaced) t.rank_spacing = kRankSpacing;
   if (mask != Mask::Full) {
     t.generalised = true;
     t.note = "shift is built for the full mask; with this mask each KV tile rotates within its own Q range, "
@@ -444,10 +453,7 @@ TemplateDraft plan_shift(const UnitRows& rows, Mask mask) {
     t.note = "fewer Q tiles than KV tiles: KV tiles n and n + #Q collide at every lock-step";
   }
   chunk_lockstep_items(t, "KV tiles");
-  if (spaced)
-    t.note += "; the items of a segment start " + std::to_string(kRankSpacing) +
-              " Q tiles apart, so that a dQ tile's consecutive adds come " + std::to_string(kRankSpacing) +
-              " visits apart";
+  if (spaced) mark_spaced(t, "the items of a segment start " + std::to_string(kRankSpacing) + " Q tiles apart");
   return t;
 }
 
@@ -526,17 +532,12 @@ TemplateDraft plan_symmetric_shift(const UnitRows& rows, Mask mask) {
   //   k' at row P - 1 + k', head 0) are 1 apart; they meet iff k + k' = P, with k = j S + s and k' = j' S + s + 1,
   //   i.e. (j + j') S + 2s + 1 = P: odd against even.
   // tests/cpu/test_planners.cpp checks it on the tables; elsewhere (S odd, P odd, other masks) the interleaved deal.
-  const int32_t per_item = int32_t((size_t(pairs) + kMaxLockstepItems - 1) / kMaxLockstepItems);
+  const auto rows_from_own_tile = [&](const KvRows& kv) { return kv.q_begin == kv.kv_tile && kv.q_end == n; };
   const bool spaced = mask == Mask::Causal && n % 2 == 0 && size_t(pairs) > kMaxLockstepItems && pairs % 2 == 0 &&
-                      per_item % 2 == 0 && std::all_of(rows.kv.begin(), rows.kv.end(), [&](const KvRows& kv) {
-                        return kv.q_begin == kv.kv_tile && kv.q_end == n;  // KV tile n's rows: [n, N)
-                      });
+                      chunked_per_item(size_t(pairs)) % 2 == 0 &&
+                      std::all_of(rows.kv.begin(), rows.kv.end(), rows_from_own_tile);  // KV tile n's rows: [n, N)
   chunk_lockstep_items(t, "pairs", spaced ? Chunking::Blocked : Chunking::Interleaved);
-  if (spaced) {
-    t.rank_spacing = kRankSpacing;
-    t.note += "; each item takes consecutive pairs, so that a dQ tile's consecutive adds come " +
-              std::to_string(kRankSpacing) + " visits apart";
-  }
+  if (spaced) mark_spaced(t, "each item takes consecutive pairs");
   return t;
 }
 
