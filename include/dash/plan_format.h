@@ -101,7 +101,12 @@ typedef enum dash_plan_flags {
    * unit's items come longest first, the CTAs claim a group's longest items first and finish together (the
    * balanced non-deterministic plan of DASH_GQA_AUTO_NONDETERMINISTIC with schedule auto: one KV tile per item).
    * Set on a plan's header with DASH_PLAN_NONDETERMINISTIC_ONLY only, never on a template or in a pack. */
-  DASH_PLAN_ITEM_MAJOR = 1u << 3
+  DASH_PLAN_ITEM_MAJOR = 1u << 3,
+  /* A non-deterministic backward of this plan runs as the deterministic one: ordered dQ adds whose first partial
+   * is stored, so nothing is zeroed first (and dash_bwd_workspace_size is the deterministic one in both modes).
+   * Faster where every dQ accumulator gets few partials: schedule auto sets it where num_kv_tiles <= 4. Set on a
+   * plan's header, never on a template or in a pack; never with DASH_PLAN_NONDETERMINISTIC_ONLY. */
+  DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED = 1u << 4
 } dash_plan_flags;
 
 typedef struct dash_problem {

@@ -62,7 +62,7 @@ struct SimOptions {
   bool critical_path = true; // false saves the per-span memory when only the makespan is wanted
   // The non-deterministic backward: dQ partials (and split-heads dK/dV) are added in whatever order they come
   // (atomics), so no add waits for a turn. A plan with DASH_PLAN_NONDETERMINISTIC_ONLY runs only so, and is
-  // simulated so whatever this says.
+  // simulated so whatever this says; one with DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED never does.
   bool nondeterministic = false;
 };
 

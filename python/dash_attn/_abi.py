@@ -18,6 +18,7 @@ DASH_MASK_FULL, DASH_MASK_CAUSAL, DASH_MASK_WINDOW = 0, 1, 2
 DASH_GQA_SPLIT_HEADS, DASH_GQA_PACK_GROUP, DASH_GQA_AUTO, DASH_GQA_AUTO_NONDETERMINISTIC = 0, 1, 2, 3
 DASH_PLAN_NONDETERMINISTIC_ONLY = 1 << 2  # dash_plan_flags
 DASH_PLAN_ITEM_MAJOR = 1 << 3
+DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED = 1 << 4
 # dash_check_problem's needs_backward (dash_check_pass): the forward; the forward and the GPU backward (the pair's row
 # must have a backward kernel); the forward and the CPU backend's backward (every row).
 DASH_CHECK_FORWARD, DASH_CHECK_BACKWARD, DASH_CHECK_CPU_BACKWARD = 0, 1, 2

@@ -441,6 +441,21 @@ std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape ti
   return out;
 }
 
+// Schedule auto: where no dQ accumulator can get more partials than this (one per KV tile), a non-deterministic
+// backward runs the ordered adds (DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED). Their first partial is a store, where
+// the unordered adds need zeros written first (the preprocess's pass over the accumulators) and add into them: with
+// 1-4 partials per accumulator that is 25-50% more add traffic plus the zeroing. In the records of 2026-12-06 at 512
+// tokens (4 KV tiles) our deterministic backward beat our non-deterministic one on the same plan, causal by 11-24%
+// at head dim 128 (H100 211 against 170 TFLOP/s, H200 244 against 218) and 3-10% at 64, full by 0-3%; at 1k
+// (8 tiles) it was 1-4% slower at head dim 128.
+constexpr int32_t kOrderedNondeterministicMaxPartials = 4;
+
+bool nondeterministic_runs_ordered(const dash_plan_header& h, const PlanRequest& req) {
+  const int32_t kv_tiles = (req.problem.seqlen_k + h.block_n - 1) / h.block_n;
+  return req.schedule.kind != Schedule::Kind::Planner && !(h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) &&
+         kv_tiles <= kOrderedNondeterministicMaxPartials;
+}
+
 // `balanced`: the resolution chose the balanced plan (balanced_nondeterministic) with this template.
 dash_plan_header bind_header(const dash_plan_header& template_header, const PlanRequest& req, bool balanced) {
   dash_plan_header h = template_header;
@@ -454,14 +469,19 @@ dash_plan_header bind_header(const dash_plan_header& template_header, const Plan
     h.flags |= DASH_PLAN_NONDETERMINISTIC_ONLY | DASH_PLAN_ITEM_MAJOR;
     h.ticket_group_units = balanced_group_units(h);
   }
+  if (nondeterministic_runs_ordered(h, req)) h.flags |= DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED;
   return h;
 }
 
-// The resolution's note, then the template's own (its generalisations).
-std::string bound_note(const std::string& note, const std::string& generalised) {
+// The resolution's note, then the template's own (its generalisations). `h`: the bound header.
+std::string bound_note(const std::string& note, const std::string& generalised, const dash_plan_header& h) {
   std::string out;
   out.reserve(note.size() + 2 + generalised.size());
   out = note;
+  if (h.flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED)
+    out += "; non-deterministic backwards run the ordered adds too (at most " +
+           std::to_string(kOrderedNondeterministicMaxPartials) + " partials per dQ tile: the first is stored, no "
+           "zeroing)";
   if (!generalised.empty()) {
     if (!out.empty()) out += ". ";
     out += generalised;
@@ -473,7 +493,7 @@ BoundPlan bound_plan(std::shared_ptr<const UnitTemplate> unit, const PlanRequest
                      bool balanced) {
   BoundPlan out;
   out.header = bind_header(unit->plan.header, req, balanced);
-  out.note = bound_note(note, unit->plan.note);
+  out.note = bound_note(note, unit->plan.note, out.header);
   out.unit = std::move(unit);
   return out;
 }
@@ -837,7 +857,7 @@ AsyncBoundPlan plan_for_async(const PlanRequest& req) {
     return out;
   }
   out.header = bind_header(r.chosen.layout->header, req, r.balanced);
-  out.note = bound_note(r.note, r.chosen.layout->note);
+  out.note = bound_note(r.note, r.chosen.layout->note, out.header);
   out.layout = std::move(r.chosen.layout);
   out.tables = std::move(r.chosen.tables);
   return out;
@@ -895,6 +915,9 @@ Plan Plan::from_blob(const uint8_t* data, size_t size) {
     throw Error("plan", "ticket_group_units " + std::to_string(h.ticket_group_units) +
                             " does not match the flags (DASH_PLAN_ITEM_MAJOR, with DASH_PLAN_NONDETERMINISTIC_ONLY, "
                             "needs >= 1; otherwise 0)");
+  // Never together (plan_format.h): the ordered adds run only on plans that a deterministic backward accepts.
+  if ((h.flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED) && (h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY))
+    throw Error("plan", "flags DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED and DASH_PLAN_NONDETERMINISTIC_ONLY together");
   auto read = [&](uint32_t at, size_t count, size_t elem, auto& out) {
     const uint64_t bytes = uint64_t(count) * elem;
     if (at % kAlign != 0 || uint64_t(at) + bytes > size) throw Error("plan", "table outside the blob");

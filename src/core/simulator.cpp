@@ -120,7 +120,9 @@ class Simulation {
     overlap_ = cost.overlap_reduce;
     claim_ahead_ = cost.claim_ahead && (h_.flags & DASH_PLAN_WAITS_ONLY_BACKWARD) != 0;
     ordered_dkv_ = dash_plan_splits_dkv(&h_) && cost.dkv_reduce > 0;
-    unordered_ = options.nondeterministic || (h_.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) != 0;
+    // A non-deterministic run takes the ordered adds where the plan says so (as dash_bwd does).
+    unordered_ = (options.nondeterministic && !(h_.flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED)) ||
+                 (h_.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) != 0;
     keep_spans_ = options.record_spans || options.critical_path;
     dq_.resize(size_t(h_.num_units) * h_.heads_per_unit * h_.num_q_tiles);
     if (ordered_dkv_) dkv_.resize(size_t(h_.num_units / h_.group_size) * h_.num_kv_tiles);

@@ -524,6 +524,57 @@ TEST(Planners, BalancedNondeterministicPlanClaimsEachGroupsLongestItemsFirst) {
 
 // ---- flags and serialisation ----
 
+// DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED: schedule auto sets it exactly where the key length gives at most 4 KV
+// tiles (so no dQ accumulator gets more than 4 partials: checked on the plan's dq_count), in both GQA modes a
+// deterministic backward may use; never with a named schedule nor on a DASH_PLAN_NONDETERMINISTIC_ONLY plan. The
+// simulator runs such a plan's non-deterministic backward as the ordered one; the blob keeps the flag.
+TEST(Planners, AutoRunsNondeterministicAddsInOrderWhereNoDqTileGetsMoreThanFourPartials) {
+  struct Case {
+    int seqlen_q, seqlen_k, head_dim;
+    dash::Mask mask;
+  };
+  const std::vector<Case> cases = {
+      {1, 1, 128, dash::Mask::Causal},     {2, 2, 64, dash::Mask::Full},       {300, 300, 128, dash::Mask::Causal},
+      {512, 512, 128, dash::Mask::Causal}, {512, 512, 64, dash::Mask::Full},   {513, 513, 128, dash::Mask::Full},
+      {1024, 512, 128, dash::Mask::Causal}, {512, 1024, 64, dash::Mask::Causal}, {2048, 2048, 128, dash::Mask::Causal},
+      {1, 2, 64, dash::Mask::Causal}};
+  int flagged = 0, unflagged = 0;
+  for (const Case& c : cases) {
+    for (const dash::GqaMode mode : {dash::GqaMode::Auto, dash::GqaMode::AutoNondeterministic}) {
+      const auto p = make_problem(c.seqlen_q, c.seqlen_k, c.mask, 4, 4, 8, c.head_dim);
+      const dash::Plan plan = dash::build_plan({p, dash::Schedule::parse("auto"), 132, {}, mode, nullptr});
+      const int kv_tiles = (c.seqlen_k + plan.header.block_n - 1) / plan.header.block_n;
+      const bool expected = kv_tiles <= 4 && !(plan.header.flags & DASH_PLAN_NONDETERMINISTIC_ONLY);
+      const std::string label = p.describe() + " gqa " + std::to_string(int(mode)) + ": " + plan.note;
+      EXPECT_EQ(bool(plan.header.flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED), expected) << label;
+      EXPECT_EQ(plan.note.find("ordered adds too") != std::string::npos, expected) << label;
+      (expected ? flagged : unflagged) += 1;
+      if (!expected) continue;
+      EXPECT_LE(*std::max_element(plan.dq_count.begin(), plan.dq_count.end()), 4) << label;
+      const dash::CostModel cost = dash::CostModel::for_problem(p, {plan.header.block_m, plan.header.block_n});
+      const double ordered = dash::simulate(plan, 132, cost, {.critical_path = false}).makespan;
+      const double nondet = dash::simulate(plan, 132, cost, {.critical_path = false, .nondeterministic = true}).makespan;
+      EXPECT_EQ(ordered, nondet) << label;
+      const std::vector<uint8_t> blob = plan.to_blob();
+      EXPECT_EQ(dash::Plan::from_blob(blob.data(), blob.size()).header.flags, plan.header.flags) << label;
+      auto both = blob;
+      reinterpret_cast<dash_plan_header*>(both.data())->flags |= DASH_PLAN_NONDETERMINISTIC_ONLY;
+      EXPECT_THROW(dash::Plan::from_blob(both.data(), both.size()), dash::Error) << label;
+      // A named schedule keeps the unordered adds.
+      const dash::Plan named_plan = dash::build_plan({p, dash::Schedule::parse("shift"), 132, {}, mode, nullptr});
+      EXPECT_FALSE(named_plan.header.flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED) << label;
+    }
+  }
+  EXPECT_GT(flagged, 0);
+  EXPECT_GT(unflagged, 0);
+  // A grouped problem under DASH_GQA_AUTO_NONDETERMINISTIC depends on the batch: never ordered.
+  const auto gqa = make_problem(512, 512, dash::Mask::Causal, 8, 2, 4);
+  const dash::Plan plan =
+      dash::build_plan({gqa, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::AutoNondeterministic, nullptr});
+  EXPECT_TRUE(plan.header.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) << plan.note;
+  EXPECT_FALSE(plan.header.flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED) << plan.note;
+}
+
 TEST(Planners, BlobRoundTripsAndRejectsCorruption) {
   const dash::Plan plan = named(make_problem(1000, 1500, dash::Mask::Causal, 4, 2, 3), Planner::SymmetricShift, {64, 128});
   const std::vector<uint8_t> blob = plan.to_blob();

@@ -370,7 +370,8 @@ std::vector<AccuracyParam> accuracy_params() {
         const int batch = sq >= 1000 ? 1 : 2;
         out.push_back({{batch, 2, 2, sq, sk, d, m, dv}, "auto", DASH_GQA_SPLIT_HEADS, 1});
       }
-      out.push_back({{1, 2, 2, 257, 257, d, m, dv}, "auto", DASH_GQA_SPLIT_HEADS, 0});
+      out.push_back({{1, 2, 2, 257, 257, d, m, dv}, "auto", DASH_GQA_SPLIT_HEADS, 0});  // ordered (<= 4 KV tiles)
+      out.push_back({{1, 2, 2, 1000, 1000, d, m, dv}, "auto", DASH_GQA_SPLIT_HEADS, 0});  // unordered adds
       out.push_back({{1, 8, 2, 200, 200, d, m, dv}, "auto", DASH_GQA_SPLIT_HEADS, 1});  // GQA 8/2 split
       out.push_back({{1, 8, 2, 200, 200, d, m, dv}, "auto", DASH_GQA_PACK_GROUP, 1});   // GQA 8/2 packed
       out.push_back({{1, 4, 1, 150, 150, d, m, dv}, "auto", DASH_GQA_SPLIT_HEADS, 1});  // MQA
@@ -669,6 +670,61 @@ TEST(BackwardArgs, WorkspaceSizeFollowsTheMode) {
   EXPECT_EQ(dash_bwd_workspace_size(&r.args, r.plan, 1), 0u);
   EXPECT_NE(std::string(dash_last_error()).find("DASH_GQA_AUTO_NONDETERMINISTIC"), std::string::npos)
       << dash_last_error();
+}
+
+// DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED (schedule auto, at most 4 KV tiles): the non-deterministic mode runs the
+// ordered adds. Its workspace is the deterministic one; it matches the float64 reference, executes the plan's dQ
+// order, and gives the deterministic mode's bits, over repeated runs of both modes. Where the flag is absent (a named
+// schedule, or more KV tiles) the non-deterministic workspace has no turn counters.
+TEST(Backward, NondeterministicRunsOfAnOrderedPlanAreTheDeterministicRun) {
+  SKIP_WITHOUT_GPU();
+  struct Flagged {
+    Case c;
+    const char* schedule;
+    bool ordered;
+  };
+  for (const Flagged f : {Flagged{{2, 2, 2, 512, 512, 128, DASH_MASK_CAUSAL}, "auto", true},
+                          Flagged{{3, 2, 2, 300, 300, 64, DASH_MASK_FULL}, "auto", true},
+                          Flagged{{2, 8, 2, 200, 250, 128, DASH_MASK_CAUSAL}, "auto", true},
+                          Flagged{{1, 2, 2, 1, 2, 96, DASH_MASK_CAUSAL}, "auto", true},
+                          Flagged{{2, 2, 2, 512, 512, 128, DASH_MASK_CAUSAL}, "shift", false},
+                          Flagged{{1, 2, 2, 700, 700, 128, DASH_MASK_CAUSAL}, "auto", false}}) {
+    const std::string what = f.c.name() + "/" + f.schedule;
+    SCOPED_TRACE(what);
+    const Problem pr(f.c, 31);
+    BwdRun r(pr);
+    ASSERT_EQ(r.setup(f.schedule, 0, DASH_GQA_SPLIT_HEADS), "");
+    const void* data = nullptr;
+    size_t bytes = 0;
+    ASSERT_EQ(dash_plan_blob(r.plan, &data, &bytes), DASH_OK);
+    const auto* header = static_cast<const dash_plan_header*>(data);
+    ASSERT_EQ(bool(header->flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED), f.ordered) << dash_plan_note(r.plan);
+    const size_t nondet = dash_bwd_workspace_size(&r.args, r.plan, 0);
+    const size_t det = dash_bwd_workspace_size(&r.args, r.plan, 1);
+    if (f.ordered) {
+      EXPECT_EQ(nondet, det);
+    } else {
+      EXPECT_LT(nondet, det);
+      continue;  // the unordered mode: BackwardAccuracy's non-deterministic rows
+    }
+    const size_t log_entries = size_t(f.c.batch) * f.c.heads_q * header->num_q_tiles * header->num_kv_tiles;
+    ASSERT_EQ(attach_order_log(r, log_entries), cudaSuccess);
+    std::vector<uint16_t> q0, k0, v0, q1, k1, v1;
+    for (int run = 0; run < 4; ++run) {
+      const int deterministic = run % 2 == 0 ? 0 : 1;
+      ASSERT_EQ(cudaMemset(r.order_log, 0xff, log_entries * 8), cudaSuccess);
+      ASSERT_EQ(r.run(deterministic), "") << "run " << run;
+      if (run == 0) {
+        r.download(q0, k0, v0);
+        expect_close(r, what + "/nondet");
+        expect_order_matches_plan(r);
+      } else {
+        r.download(q1, k1, v1);
+        EXPECT_TRUE(q0 == q1 && k0 == k1 && v0 == v1) << "run " << run << (deterministic ? " (det)" : " (nondet)")
+                                                      << ": gradients differ from the first non-deterministic run";
+      }
+    }
+  }
 }
 
 }  // namespace

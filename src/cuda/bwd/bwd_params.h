@@ -62,14 +62,14 @@ struct BwdParams {
   int32_t num_q_tiles, num_kv_tiles;
 
   // Modes.
-  int32_t deterministic;  // 1: ordered dQ (and dK/dV) adds; 0: unordered atomic adds
+  int32_t ordered;        // runs_ordered: 1, dQ (and dK/dV) adds in the plan's order; 0, unordered atomic adds
   int32_t rank_spacing;   // the plan header's (dash_plan_header::rank_spacing): host-side kernel choice only
   int32_t split_dkv;      // some unit's dK/dV go through the fp32 accumulators (the workspace has them; convert adds)
 
   // Workspace (bwd_workspace_layout).
   int32_t* ticket_counter;
-  int32_t* dq_counters;   // [batch * heads_q * num_q_tiles] (deterministic only)
-  int32_t* dkv_counters;  // [batch * heads_kv * num_kv_tiles] (deterministic split_dkv only)
+  int32_t* dq_counters;   // [batch * heads_q * num_q_tiles] (ordered only)
+  int32_t* dkv_counters;  // [batch * heads_kv * num_kv_tiles] (ordered split_dkv only)
   float* delta;           // [batch * heads_q * num_q_tiles * kBlockM]
   float* lse_log2;        // same; +inf for rows past seqlen_q or rows with LSE = -inf (so P = 0 there)
   float* dq_accum;        // [batch * heads_q * num_q_tiles][kBlockM * head_dim], per tile in the staging layout
@@ -103,15 +103,21 @@ struct BwdParams {
   int32_t total_q;                  // rows of the packed q: the LSE's row stride per head
 };
 
-// Byte offsets of the workspace regions (each 256-byte aligned) for a problem, plan and mode.
+// Whether a call's dQ (and split dK/dV) adds go in the plan's order: in the deterministic mode, and in the
+// non-deterministic one on a plan flagged DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED. The workspace layout, the
+// kernels and the zeroing follow this, not the mode argument.
+inline bool runs_ordered(int32_t deterministic, const dash_plan_header& h) {
+  return deterministic != 0 || (h.flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED) != 0;
+}
+
+// Byte offsets of the workspace regions (each 256-byte aligned) for a problem, plan and ordering (runs_ordered).
 struct BwdWorkspaceLayout {
   size_t ticket = 0, dq_counters = 0, dkv_counters = 0, delta = 0, lse_log2 = 0, dq_accum = 0, dk_accum = 0,
          dv_accum = 0;
   size_t counters_end = 0;  // [0, counters_end) holds every counter: zeroed per call
   size_t total = 0;
 };
-BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& problem, const dash_plan_header& header,
-                                        bool deterministic);
+BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& problem, const dash_plan_header& header, bool ordered);
 // The problem whose layout a plan's workspace has: the call's, with batch 1 for a varlen plan (whose header's tile
 // counts are the pack's global tiles).
 dash_problem workspace_problem(const dash_problem& problem, const ::dash_plan_s& plan);

@@ -18,7 +18,8 @@ namespace dash::kernels::bwd {
 namespace {
 
 // The kernel parameters of a validated call: the problem, the plan's tables (device copy) and the workspace.
-BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t deterministic, uint8_t* ws,
+// `ordered`: runs_ordered of the call.
+BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, bool ordered, uint8_t* ws,
                       const BwdWorkspaceLayout& w) {
   const dash_plan_header& h = plan.header;
   const dash_problem& p = a.problem;
@@ -68,24 +69,24 @@ BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, int32_t d
   params.plan_flags = int32_t(h.flags);
   params.num_q_tiles = h.num_q_tiles;
   params.num_kv_tiles = h.num_kv_tiles;
-  params.deterministic = deterministic;
+  params.ordered = ordered;
   params.rank_spacing = h.rank_spacing;
   // A varlen header's GQA mode says whether any of its templates splits (plan_handle.cpp).
   params.split_dkv = dash_plan_splits_dkv(&h);
   params.ticket_counter = reinterpret_cast<int32_t*>(ws + w.ticket);
-  // A non-deterministic workspace has no counter regions (workspace.cpp): null, so that a stray use faults
+  // An unordered run's workspace has no counter regions (workspace.cpp): null, so that a stray use faults
   // instead of writing into the delta region that follows.
-  params.dq_counters = deterministic ? reinterpret_cast<int32_t*>(ws + w.dq_counters) : nullptr;
-  params.dkv_counters = deterministic ? reinterpret_cast<int32_t*>(ws + w.dkv_counters) : nullptr;
+  params.dq_counters = ordered ? reinterpret_cast<int32_t*>(ws + w.dq_counters) : nullptr;
+  params.dkv_counters = ordered ? reinterpret_cast<int32_t*>(ws + w.dkv_counters) : nullptr;
   params.delta = reinterpret_cast<float*>(ws + w.delta);
   params.lse_log2 = reinterpret_cast<float*>(ws + w.lse_log2);
   params.dq_accum = reinterpret_cast<float*>(ws + w.dq_accum);
   params.dk_accum = reinterpret_cast<float*>(ws + w.dk_accum);
   params.dv_accum = reinterpret_cast<float*>(ws + w.dv_accum);
-  params.order_log = deterministic ? a.debug_order_log : nullptr;
+  params.order_log = ordered ? a.debug_order_log : nullptr;
   // What must start at zero: the ticket and order counters always; the split-GQA dK/dV accumulators always (every
   // group rank adds). The dQ accumulators start at zero only when adds are unordered: the preprocess kernel zeroes
-  // them then, in the same pass that writes delta (deterministic mode stores each accumulator's first partial).
+  // them then, in the same pass that writes delta (ordered adds store each accumulator's first partial).
   params.zero_counters = reinterpret_cast<uint4*>(ws);
   params.zero_counters_words = int64_t(w.counters_end / sizeof(uint4));
   params.zero_dkv = params.split_dkv ? reinterpret_cast<uint4*>(ws + w.dk_accum) : nullptr;
@@ -108,7 +109,8 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
   if (dash_status s = validate(args, plan, a); s != DASH_OK) return s;
   if (dash_status s = check_deterministic(deterministic, *plan); s != DASH_OK) return s;
   const dash_plan_header& h = plan->header;
-  const BwdWorkspaceLayout w = bwd_workspace_layout(workspace_problem(a.problem, *plan), h, deterministic != 0);
+  const bool ordered = runs_ordered(deterministic, h);
+  const BwdWorkspaceLayout w = bwd_workspace_layout(workspace_problem(a.problem, *plan), h, ordered);
   if (workspace == nullptr) return fail(DASH_ERROR_INVALID_ARGUMENT, "workspace: null pointer");
   if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "workspace: must be 256-byte aligned");
@@ -132,14 +134,14 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
     return fail(s, error);
   }
 
-  // Every call is a plain launch of num_ctas CTAs (docs/DEADLOCK.md). The non-deterministic mode has no wait between
-  // CTAs. A deterministic plan progresses whenever `min_coresident_ctas` (its wave) of its CTAs run at once, and
-  // plan_for checked wave <= num_ctas <= the SMs the context can use: one CTA fits an SM (else the launch fails), so
-  // an idle partition holds them all. CTAs whose SMs other kernels hold start when those finish, or find no ticket
+  // Every call is a plain launch of num_ctas CTAs (docs/DEADLOCK.md). Unordered adds have no wait between CTAs.
+  // With ordered adds (runs_ordered: in either mode) a plan progresses whenever `min_coresident_ctas` (its wave) of
+  // its CTAs run at once, and plan_for checked wave <= num_ctas <= the SMs the context can use: one CTA fits an SM
+  // (else the launch fails), so an idle partition holds them all. CTAs whose SMs other kernels hold start when those finish, or find no ticket
   // left and exit.
   if (plan->varlen != nullptr && plan->varlen->total_q == 0 && plan->varlen->total_k == 0) return DASH_OK;
   uint8_t* ws = static_cast<uint8_t*>(workspace);
-  const BwdParams params = make_params(a, *plan, deterministic, ws, w);
+  const BwdParams params = make_params(a, *plan, ordered, ws, w);
   cudaStream_t stream = static_cast<cudaStream_t>(cuda_stream);
   // A plan of dash_plan_create_async may still be building its tables: their copy is queued here, ahead of the
   // kernels (plan_handle.cpp, "Tables still being written"), or the stream waits for a copy queued before.

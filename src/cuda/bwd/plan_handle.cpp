@@ -870,7 +870,8 @@ dash_status dash_plan_blob(dash_plan_t plan, const void** data, size_t* bytes) {
     copy.header.min_coresident_ctas = unit->plan.header.min_coresident_ctas;
     // The template's flags (validation sets WAITS_ONLY_BACKWARD on it), and the request's own.
     copy.header.flags =
-        unit->plan.header.flags | (plan->header.flags & (DASH_PLAN_NONDETERMINISTIC_ONLY | DASH_PLAN_ITEM_MAJOR));
+        unit->plan.header.flags | (plan->header.flags & (DASH_PLAN_NONDETERMINISTIC_ONLY | DASH_PLAN_ITEM_MAJOR |
+                                                          DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED));
     copy.note = plan->note;
     plan->blob = copy.to_blob();
   });

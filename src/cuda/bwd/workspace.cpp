@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // bwd/workspace.cpp — the backward's device workspace: its regions (counters, delta, LSE2, the fp32 dQ
 // accumulators and, for split-head GQA, the dK/dV accumulators) and dash_bwd_workspace_size.
-// The layout depends on the mode: only a deterministic backward reads the dQ and dK/dV turn counters, so a
-// non-deterministic one gets none (its extra memory is then below FA3's, which always allocates a dQ semaphore).
+// The layout depends on the ordering (runs_ordered): only ordered adds read the dQ and dK/dV turn counters, so an
+// unordered backward gets none (its extra memory is then below FA3's, which always allocates a dQ semaphore).
 #include <cstddef>
 
 #include "api_error.h"
@@ -18,7 +18,7 @@ dash_problem workspace_problem(const dash_problem& problem, const dash_plan_s& p
   return p;
 }
 
-BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& p, const dash_plan_header& h, bool deterministic) {
+BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& p, const dash_plan_header& h, bool ordered) {
   auto align = [](size_t n) { return (n + 255) / 256 * 256; };
   const size_t dq_accumulators = size_t(p.batch) * p.heads_q * h.num_q_tiles;
   const size_t kv_tiles = size_t(p.batch) * p.heads_kv * h.num_kv_tiles;
@@ -27,11 +27,11 @@ BwdWorkspaceLayout bwd_workspace_layout(const dash_problem& p, const dash_plan_h
   size_t at = 0;
   w.ticket = at;
   at = align(at + sizeof(int32_t));
-  // Non-deterministic: empty counter regions (the kernels form the turn pointers but never dereference them).
+  // Unordered: empty counter regions (the kernels form the turn pointers but never dereference them).
   w.dq_counters = at;
-  at = align(at + (deterministic ? dq_accumulators * sizeof(int32_t) : 0));
+  at = align(at + (ordered ? dq_accumulators * sizeof(int32_t) : 0));
   w.dkv_counters = at;
-  at = align(at + (deterministic && split_dkv ? kv_tiles * sizeof(int32_t) : 0));
+  at = align(at + (ordered && split_dkv ? kv_tiles * sizeof(int32_t) : 0));
   w.counters_end = at;
   w.delta = at;
   at = align(at + dq_accumulators * h.block_m * sizeof(float));
@@ -57,5 +57,7 @@ extern "C" size_t dash_bwd_workspace_size(const dash_bwd_args* args, dash_plan_t
   if (dash::kernels::bwd::validate(args, plan, a) != DASH_OK) return 0;
   if (dash::kernels::bwd::check_deterministic(deterministic, *plan) != DASH_OK) return 0;
   return dash::kernels::bwd::bwd_workspace_layout(dash::kernels::bwd::workspace_problem(a.problem, *plan),
-                                                   plan->header, deterministic != 0).total;
+                                                   plan->header,
+                                                   dash::kernels::bwd::runs_ordered(deterministic, plan->header))
+      .total;
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // hopper/bwd/bwd_dq_handoff.cuh — how a visit's fp32 dQ partial leaves the CTA: the MMA warpgroups stage it in one
 // of kDqStages shared-memory buffers with a hand-off record; the buffer's store warp waits for the partial's turn
-// in its accumulator's order (deterministic mode), adds the whole tile with ONE bulk reduce-add issued by one lane,
+// in its accumulator's order (ordered adds: runs_ordered), adds the whole tile with ONE bulk reduce-add issued by one lane,
 // and publishes the next turn. The accumulator tile has the staging layout (DqStaging), so the copy is a flat 1-D
 // range; bwd_convert undoes the swizzle. (Before the bulk hand-off, 32 lanes issued 2048 16-byte reductions per
 // tile and fenced them: docs/history/kernel-notes-bwd-wgmma.md.)
@@ -80,7 +80,7 @@ __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int
     if (lane == 0) {
       float* accum = p.dq_accum + int64_t(h.accumulator) * kTileFloats;
       int32_t* turn = plan.dq_turn(h.accumulator);
-      if (p.deterministic) {
+      if (p.ordered) {
         // WAIT (dQ order). The visit of rank h.rank - 1 of this accumulator has provably been claimed by a
         // running CTA (docs/DEADLOCK.md, "Why that suffices": with the claim rule and P >= the largest wave, or
         // with a backward-only plan, every awaited visit belongs to a claimed item whose CTA is running and
@@ -96,10 +96,10 @@ __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int
         // wait of the visits handed off so far is satisfied).
         atomicAdd(&s.waits_done, 1);
       }
-      // The first contribution (deterministic mode only) stores, so the accumulator needs no memset; every
-      // later one adds. In non-deterministic mode all add (the accumulator was zeroed before the launch).
+      // The first contribution (ordered adds only) stores, so the accumulator needs no memset; every later one
+      // adds. Unordered, all add (the accumulator was zeroed before the launch).
       // EVICT_LAST: the accumulator tile takes one add per KV tile of its sequence, from any CTA.
-      if (p.deterministic && (h.flags & DASH_VISIT_FIRST)) {
+      if (p.ordered && (h.flags & DASH_VISIT_FIRST)) {
         bulk_copy_s2g(accum, s.dq[stage], kTileBytes, L2Hint::EVICT_LAST);
       } else {
         bulk_reduce_add_s2g(accum, s.dq[stage], kTileBytes, L2Hint::EVICT_LAST);
@@ -113,7 +113,7 @@ __device__ __forceinline__ void store_warp_loop(const BwdParams& p, Smem& s, int
     // arrivals before they overwrite the buffer.
     __syncwarp();
     mbarrier_arrive(&s.dq_empty[stage]);
-    if (lane == 0 && p.deterministic) {
+    if (lane == 0 && p.ordered) {
       // PUBLISH (dQ order). wait_group 0 (NOT .read: the FA3 hazard in shared/docs/fa3-and-dash-fork-notes.md) returns once
       // the bulk operation is complete: its writes to the accumulator are performed and visible to this thread.
       // The proxy fence orders those async-proxy writes before this thread's later generic operations, and the

@@ -441,7 +441,7 @@ __device__ void produce(BwdKernelParams<Config> const& P, BwdSmem<Config>& s) {
   const bool varlen = p.sequences != nullptr;
 
   for (;;) {
-    if (p.deterministic) {
+    if (p.ordered) {
       // CLAIM RULE WAIT (docs/DEADLOCK.md, "Claim rule"): claim the next ticket only after every wait of the
       // current item is satisfied: its dQ waits (the store warps count satisfied visits) and, for split-head
       // GQA, its dK/dV group-order waits (the MMA warpgroups count finished items). Without split heads the
@@ -986,7 +986,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       mbarrier_arrive(&s.kv_empty);
       // Split-head GQA: add this query head's share into the fp32 accumulators in group_head_by_rank order.
       int32_t* turn = plan.dkv_turn(seg_b, seg_head_kv, seg_kv_tile_begin + seg_kv_tile);
-      if (p.deterministic) {
+      if (p.ordered) {
         // WAIT (dK/dV group order). The head of group rank `group_rank - 1` is the previous unit, i.e. items
         // with earlier tickets (docs/DEADLOCK.md: "Waits across units ... always target the previous unit");
         // all of them were claimed before ours, by running CTAs, and the previous unit's own waits are
@@ -1003,7 +1003,7 @@ __device__ void mma_warpgroups(BwdKernelParams<Config> const& P, BwdSmem<Config>
       };
       add_rows(p.dk_accum, kHeadDim, tdKrdK, tdKc);
       add_rows(p.dv_accum, kHeadDimV, tdVrdV, tdVc);
-      if (p.deterministic) {
+      if (p.ordered) {
         // PUBLISH (dK/dV group order). Each thread fences its adds (fence.acq_rel.gpu), the MMA barrier
         // orders all 256 threads' fences before thread 0's release, and release is cumulative: the next
         // rank's acquire observes all of them.

@@ -66,7 +66,7 @@ dash_status run_with(kernels::bwd::BwdParams const& params, int32_t num_ctas, in
   }
 
   // 1. delta and LSE2 per padded query row, the zeroed counters (and split-GQA dK / dV accumulators; the dQ
-  // accumulators in non-deterministic mode). Without query rows (a varlen pack of key-only sequences) it does not
+  // accumulators where adds are unordered). Without query rows (a varlen pack of key-only sequences) it does not
   // run, and the launcher zeroes what it would have.
   constexpr int kRowsPerBlock = RowSlices<kHeadDim>::kRowsPerBlock;
   {
@@ -135,16 +135,17 @@ dash_status run_with(kernels::bwd::BwdParams const& params, int32_t num_ctas, in
 }
 
 // The backward of one (head dims, dtype). Where the tiles allow staggered warpgroups (BwdConfig::kStaggered), the
-// non-deterministic mode runs that instantiation of the kernel. Its leader's dQ rows are handed off a visit late, so
-// the deterministic mode runs it only where the plan spaces every dQ chain's consecutive adds two visits apart or
-// more (dash_plan_header::rank_spacing); elsewhere the warpgroups stay in lock step, whose hand-offs are on time (a
-// deterministic dQ chain waits for each of them). Both give the same bits: the same GEMMs and adds in the same order.
+// unordered adds (the non-deterministic mode) run that instantiation of the kernel. Its leader's dQ rows are handed
+// off a visit late, so ordered adds (runs_ordered) run it only where the plan spaces every dQ chain's consecutive
+// adds two visits apart or more (dash_plan_header::rank_spacing); elsewhere the warpgroups stay in lock step, whose
+// hand-offs are on time (an ordered dQ chain waits for each of them). Both give the same bits: the same GEMMs and
+// adds in the same order.
 template <int kHeadDim, int kHeadDimV, dash_dtype kDtype>
 dash_status run(kernels::bwd::BwdParams const& params, int32_t num_ctas, int device, cudaStream_t stream,
                 std::string& error) {
   using LockStep = BwdConfig<kHeadDim, kHeadDimV, kDtype>;
   if constexpr (LockStep::kCanStagger) {
-    if (!params.deterministic || params.rank_spacing >= 2) {
+    if (!params.ordered || params.rank_spacing >= 2) {
       return run_with<BwdConfig<kHeadDim, kHeadDimV, kDtype, true>>(params, num_ctas, device, stream, error);
     }
   }

@@ -56,9 +56,8 @@ __device__ __forceinline__ SequenceRow sequence_row(const int32_t* tile_sequence
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Preprocess: delta and base-2 LSE per (batch, head, padded row); in non-deterministic mode also the zeros the
-// dQ accumulators start from (the main kernel's adds are unordered there; deterministic mode stores each
-// accumulator's first partial instead).
+// Preprocess: delta and base-2 LSE per (batch, head, padded row); with unordered adds (BwdParams::ordered) also the
+// zeros the dQ accumulators start from (ordered adds store each accumulator's first partial instead).
 
 template <int kBlockM, int kHeadDim, int kHeadDimV, class Element>
 __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
@@ -82,7 +81,7 @@ __global__ void __launch_bounds__(256) bwd_preprocess(BwdParams p) {
   if (slice.row >= padded_rows) return;
   const size_t out = size_t(bh) * padded_rows + slice.row;
   const SequenceRow at = sequence_row<kBlockM>(p.q_tile_sequence, p.sequences, slice.row, p.mask.seqlen_q, false);
-  if (!p.deterministic && slice.active) {
+  if (!p.ordered && slice.active) {
     // The accumulator of (bh, q_tile) holds the kBlockM x kHeadDim floats starting at its first padded row times
     // kHeadDim (in the DqStaging order): the slices of all its rows, each at out * kHeadDim + first, cover it.
     float4* acc = reinterpret_cast<float4*>(p.dq_accum + out * kHeadDim + slice.first);
