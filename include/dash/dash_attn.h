@@ -112,7 +112,8 @@ dash_status dash_fwd(const dash_fwd_args* args, void* workspace, size_t workspac
  * dash_bwd launches 3 kernels on the stream (a varlen pack without query rows: 2 kernels and up to 2
  * cudaMemsetAsync), allocates nothing and does not synchronise (CUDA-graph capturable). Deterministic mode adds
  * every dQ partial in the plan's order, so the gradients are bitwise reproducible; deterministic = 0 adds them in
- * arrival order (faster, not reproducible).
+ * arrival order (faster, not reproducible), except on a plan flagged DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED (schedule
+ * auto where no dQ tile gets more than 4 partials), whose non-deterministic backward runs the ordered adds.
  * Every row of dash_kernel_rows with backward = 1 (64, 96, 128, 192 / 128, 256; dash_plan_create refuses another
  * pair with DASH_ERROR_UNSUPPORTED naming problem.head_dim), FULL, CAUSAL and WINDOW masks, bf16 and fp16. */
 
@@ -184,22 +185,24 @@ typedef struct dash_bwd_args {
   dash_tensor dk;       /* [batch, seqlen_k, heads_kv, head_dim], written */
   dash_tensor dv;       /* [batch, seqlen_k, heads_kv, head_dim_v], written */
   float softmax_scale;  /* > 0 and finite; 0 selects the default 1 / sqrt(head_dim) (q and k's head dim) */
-  /* Testing only, normally NULL. Else int64[batch * heads_q * num_q_tiles * num_kv_tiles]: in deterministic
-   * mode, when the contribution of (ticket, visit) to dQ accumulator (b, h, q_tile) acquires its turn, the
-   * kernel writes (ticket << 32 | visit) at [((b * heads_q + h) * num_q_tiles + q_tile) * num_kv_tiles + rank]. */
+  /* Testing only, normally NULL. Else int64[batch * heads_q * num_q_tiles * num_kv_tiles]: where the adds are
+   * ordered (deterministic mode, or DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED), when the contribution of
+   * (ticket, visit) to dQ accumulator (b, h, q_tile) acquires its turn, the kernel writes (ticket << 32 | visit)
+   * at [((b * heads_q + h) * num_q_tiles + q_tile) * num_kv_tiles + rank]. */
   int64_t* debug_order_log;
 } dash_bwd_args;
 
 /* Bytes of device workspace dash_bwd needs in the mode `deterministic` (as dash_bwd's): fp32 dQ accumulators, delta,
- * LSE, a ticket counter; dK/dV accumulators for split-head GQA; the turn counters in deterministic mode only (a
- * deterministic call refuses the smaller non-deterministic size). 0 on invalid arguments (dash_last_error says why). */
+ * LSE, a ticket counter; dK/dV accumulators for split-head GQA; the turn counters where the adds are ordered (the
+ * deterministic mode, and both modes on a DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED plan; a deterministic call
+ * refuses the smaller non-deterministic size). 0 on invalid arguments (dash_last_error says why). */
 size_t dash_bwd_workspace_size(const dash_bwd_args* args, dash_plan_t plan, int32_t deterministic);
 
 /* Validates every argument (naming the offending one), then launches the backward on `cuda_stream`.
  * deterministic: 1 = ordered adds (bitwise reproducible), 0 = unordered atomic adds. `workspace` must be
  * 256-byte aligned device memory of at least dash_bwd_workspace_size(args, plan, deterministic) bytes. Always a
  * plain launch of the plan's num_ctas CTAs (docs/DEADLOCK.md): kernels of other streams that hold SMs delay the
- * CTAs they displace. The non-deterministic mode has no wait between CTAs; a deterministic plan progresses while its
+ * CTAs they displace. Unordered adds have no wait between CTAs; with ordered adds a plan progresses while its
  * wave of CTAs runs, and otherwise resumes when the other kernels release their SMs. The bits never depend on how
  * many CTAs ran. */
 dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int32_t deterministic, void* workspace,

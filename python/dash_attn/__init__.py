@@ -87,16 +87,17 @@ if torch is not None:
 
         causal: bottom-right aligned when seqlen_q != seqlen_k, as FlashAttention does (query i sees key j iff
             j <= i + seqlen_k - seqlen_q); a query row that sees no key gets zero output, LSE -inf and zero
-            gradients. deterministic: bitwise reproducible gradients (ordered dQ accumulation); False is the
-            faster non-deterministic mode (CUDA only: the CPU backend always adds in plan order and refuses
-            False). schedule: the backward plan ("auto", "ascending", "descending", "shift",
-            "symmetric-shift", "auto-fastest"). return_lse: also return the log-sum-exp (batch, heads,
-            seqlen_q), fp32, not differentiable. sm_margin: SMs the backward leaves free for other kernels
+            gradients. deterministic: bitwise reproducible gradients (ordered dQ accumulation); False is the faster
+            non-deterministic mode (CUDA only: the CPU backend always adds in plan order and refuses False; with
+            schedule="auto" and at most 4 key tiles, i.e. up to 512 keys at head dims 64-128 and 256 at 192 and 256,
+            it runs the ordered adds too, which are faster there). schedule: the backward plan ("auto", "ascending",
+            "descending", "shift", "symmetric-shift", "auto-fastest"). return_lse: also return the log-sum-exp (batch,
+            heads, seqlen_q), fp32, not differentiable. sm_margin: SMs the backward leaves free for other kernels
             (communication, as FA3's sm_margin): it launches SMs - sm_margin CTAs. Any margin gives the same bits as
             long as the plan's wave of CTAs fits; below it a named schedule is refused and auto takes another plan
             (docs/DEADLOCK.md). window_size: FlashAttention's sliding window (left, right): query i sees key j iff
-            i + offset - left <= j <= i + offset + right (offset = seqlen_k - seqlen_q), -1 leaving a side
-            unbounded; (-1, -1), the default, is no window. With causal=True the right side is 0 (pass -1 or 0).
+            i + offset - left <= j <= i + offset + right (offset = seqlen_k - seqlen_q), -1 leaving a side unbounded;
+            (-1, -1), the default, is no window. With causal=True the right side is 0 (pass -1 or 0).
         key_padding_mask: None, or a (batch, seqlen) tensor marking the real tokens of a padded batch: True (or 1)
             keeps a token, False (or 0) is padding, as flash-attn's bert_padding.unpad_input and HF's 2-D
             attention_mask take it (bool, or an integer dtype holding 0 and 1; a float mask, which PyTorch and HF
