@@ -553,7 +553,8 @@ TEST(Planners, AutoRunsNondeterministicAddsInOrderWhereNoDqTileGetsMoreThanFourP
       EXPECT_LE(*std::max_element(plan.dq_count.begin(), plan.dq_count.end()), 4) << label;
       const dash::CostModel cost = dash::CostModel::for_problem(p, {plan.header.block_m, plan.header.block_n});
       const double ordered = dash::simulate(plan, 132, cost, {.critical_path = false}).makespan;
-      const double nondet = dash::simulate(plan, 132, cost, {.critical_path = false, .nondeterministic = true}).makespan;
+      const double nondet =
+          dash::simulate(plan, 132, cost, {.critical_path = false, .nondeterministic = true}).makespan;
       EXPECT_EQ(ordered, nondet) << label;
       const std::vector<uint8_t> blob = plan.to_blob();
       EXPECT_EQ(dash::Plan::from_blob(blob.data(), blob.size()).header.flags, plan.header.flags) << label;

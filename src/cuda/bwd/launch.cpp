@@ -137,8 +137,8 @@ extern "C" dash_status dash_bwd(const dash_bwd_args* args, dash_plan_t plan, int
   // Every call is a plain launch of num_ctas CTAs (docs/DEADLOCK.md). Unordered adds have no wait between CTAs.
   // With ordered adds (runs_ordered: in either mode) a plan progresses whenever `min_coresident_ctas` (its wave) of
   // its CTAs run at once, and plan_for checked wave <= num_ctas <= the SMs the context can use: one CTA fits an SM
-  // (else the launch fails), so an idle partition holds them all. CTAs whose SMs other kernels hold start when those finish, or find no ticket
-  // left and exit.
+  // (else the launch fails), so an idle partition holds them all. CTAs whose SMs other kernels hold start when
+  // those finish, or find no ticket left and exit.
   if (plan->varlen != nullptr && plan->varlen->total_q == 0 && plan->varlen->total_k == 0) return DASH_OK;
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   const BwdParams params = make_params(a, *plan, ordered, ws, w);
