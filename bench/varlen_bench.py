@@ -9,13 +9,16 @@ Packs (seeded; the lengths go into every JSON row):
   docs16k / docs64k: documents with lognormal lengths (mean about 1k, capped at 8k) until the pack holds 16k / 64k tokens
       (the last document cut to fit);
   windows64k: a stream of such documents cut into 8k-token windows (Llama-3-style pretraining): each window's pieces are
-      its sequences.
+      its sequences;
+  short16k (only with --packs): documents of 64-512 tokens (uniform) until the pack holds 16k tokens, as in
+      fine-tuning on short samples; at most 4 KV tiles each, so its non-deterministic backward runs the ordered adds.
 FLOPs count the unmasked (query, key) pairs exactly: forward 4 * head_dim * heads_q * sum over sequences of L (L + 1) / 2,
 backward 2.5 times that. cuDNN SDPA takes no varlen input; FA3's kit is built without varlen. --fa4 adds FA4's
 flash_attn_varlen_func (flash_attn.cute, deterministic and not), which must be importable: scripts/fa4_carry.sh and
 the three device calls of scripts/gpu_fa4_site.sh install it.
 
     python3 bench/varlen_bench.py --out varlen.jsonl [--no-flex] [--no-padded] [--fa4] [--schedules LIST] [--commit SHA]
+        [--packs docs16k,docs64k,windows64k,short16k]
 
 --schedules adds deterministic rows of named planners beside auto's (to see whether auto's per-sequence choice or the
 planners themselves set the deterministic speed of a pack).
@@ -59,10 +62,23 @@ def window_lengths(rng, total):
     return lengths
 
 
-def packs(seed):
+def short_lengths(rng, total, low=64, high=512):
+    """Lengths uniform in [low, high] until `total` tokens (the last one cut)."""
+    lengths = []
+    while sum(lengths) < total:
+        lengths.append(min(int(rng.integers(low, high + 1)), total - sum(lengths)))
+    return lengths
+
+
+def packs(seed, names):
     rng = np.random.default_rng(seed)
-    return [("docs16k", document_lengths(rng, 16384)), ("docs64k", document_lengths(rng, 65536)),
-            ("windows64k", window_lengths(rng, 65536))]
+    made = {"docs16k": lambda: document_lengths(rng, 16384), "docs64k": lambda: document_lengths(rng, 65536),
+            "windows64k": lambda: window_lengths(rng, 65536), "short16k": lambda: short_lengths(rng, 16384)}
+    unknown = [n for n in names if n not in made]
+    if unknown:
+        raise SystemExit(f"varlen_bench.py: unknown pack(s) {unknown}; have {list(made)}")
+    out = {n: made[n]() for n in made if n != "short16k" or "short16k" in names}  # the first three in this order
+    return [(n, out[n]) for n in names]
 
 
 def pack_inputs(lengths):
@@ -85,6 +101,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--schedules", default="", help="comma-separated named planners timed deterministic beside auto")
     ap.add_argument("--commit")
+    ap.add_argument("--packs", default="docs16k,docs64k,windows64k", help="comma-separated packs (docstring)")
     args = ap.parse_args()
     env = dict(commit=args.commit or git_commit(), call_id=uuid.uuid4().hex[:12], gpu=torch.cuda.get_device_name(0),
                torch=torch.__version__, dtype="bfloat16", seed=args.seed,
@@ -98,7 +115,7 @@ def main():
         from flash_attn.cute import flash_attn_varlen_func as fa4  # noqa: N813 (third-party, measured)
     schedules = [s for s in args.schedules.split(",") if s]
     with open(args.out, "a") as out:
-        for name, lengths in packs(args.seed):
+        for name, lengths in packs(args.seed, args.packs.split(",")):
             for result in run_pack(name, lengths, env, flex, create_block_mask, not args.no_padded, fa4, schedules):
                 out.write(json.dumps(result) + "\n")
                 out.flush()

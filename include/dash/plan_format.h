@@ -104,8 +104,9 @@ typedef enum dash_plan_flags {
   DASH_PLAN_ITEM_MAJOR = 1u << 3,
   /* A non-deterministic backward of this plan runs as the deterministic one: ordered dQ adds whose first partial
    * is stored, so nothing is zeroed first (and dash_bwd_workspace_size is the deterministic one in both modes).
-   * Faster where every dQ accumulator gets few partials: schedule auto sets it where num_kv_tiles <= 4. Set on a
-   * plan's header, never on a template or in a pack; never with DASH_PLAN_NONDETERMINISTIC_ONLY. */
+   * Faster where every dQ accumulator gets few partials: schedule auto sets it where num_kv_tiles <= 4, and on a
+   * varlen pack whose every sequence template has it. Set on a plan's header, never on a shared template; never
+   * with DASH_PLAN_NONDETERMINISTIC_ONLY. */
   DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED = 1u << 4
 } dash_plan_flags;
 

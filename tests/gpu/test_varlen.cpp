@@ -16,6 +16,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -529,6 +530,44 @@ TEST(VarlenGpuOrder, ExecutedDqOrderIsThePlans) {
         EXPECT_EQ(mismatches, 0u) << what << ": the executed dQ order differs from the plan's in " << mismatches
                                   << " of " << entries << " log entries";
       }
+    }
+  }
+}
+
+// A pack whose every sequence has at most 4 KV tiles (auto's templates all flagged
+// DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED) runs its non-deterministic backward with the ordered adds: the
+// deterministic workspace size in both modes, the float64 reference, and the deterministic run's bits on every
+// non-deterministic run. One sequence of 5 KV tiles keeps the pack's adds unordered (no turn counters).
+TEST(VarlenGpuOrder, AShortPackRunsItsNondeterministicBackwardWithOrderedAdds) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [pc, ordered] :
+       {std::pair{PackCase{"short", {1, 2, 300, 512, 129}, {1, 2, 300, 512, 129}, 4, 2, 128, DASH_MASK_CAUSAL}, true},
+        std::pair{PackCase{"short_d64", {64, 511, 3}, {200, 512, 1}, 2, 2, 64, DASH_MASK_FULL}, true},
+        std::pair{PackCase{"one_long", {1, 2, 300, 600}, {1, 2, 300, 600}, 4, 2, 128, DASH_MASK_CAUSAL}, false}}) {
+    SCOPED_TRACE(pc.name);
+    const HostPack h(pc, 13);
+    DevicePack d(h);
+    ASSERT_EQ(d.create_pack(), "");
+    ASSERT_EQ(d.make_plan("auto", DASH_GQA_AUTO), "");
+    const dash_bwd_args a = d.bwd_args();
+    const size_t nondet = dash_bwd_workspace_size(&a, d.plan, 0), det = dash_bwd_workspace_size(&a, d.plan, 1);
+    ASSERT_GT(nondet, 0u) << dash_last_error();
+    if (!ordered) {
+      EXPECT_LT(nondet, det);
+      continue;
+    }
+    EXPECT_EQ(nondet, det);
+    ASSERT_EQ(d.backward(1), "");
+    const DevicePack::Grads first = d.grads();
+    for (int run = 0; run < 3; ++run) {
+      ASSERT_EQ(d.backward(0), "");
+      const DevicePack::Grads again = d.grads();
+      if (run == 0) {
+        expect_close(again.dq, h.dq, 2e-2, "non-deterministic dQ");
+        expect_close(again.dk, h.dk, 2e-2, "non-deterministic dK");
+        expect_close(again.dv, h.dv, 2e-2, "non-deterministic dV");
+      }
+      ASSERT_TRUE(again == first) << "run " << run << ": non-deterministic gradients differ from the deterministic ones";
     }
   }
 }

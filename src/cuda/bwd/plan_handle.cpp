@@ -838,12 +838,16 @@ dash_status dash_plan_create_varlen(dash_pack_t pack, const char* schedule, int3
   h.items_per_unit = int32_t(vp.num_tickets);
   h.num_ctas = num_ctas;
   h.min_coresident_ctas = vp.wave;
-  // The pack keeps a spacing only as far as every sequence's template promises it.
+  // The pack keeps a spacing only as far as every sequence's template promises it, and runs its non-deterministic
+  // backward with ordered adds only where every template does (the mode is the whole launch's).
   h.rank_spacing = 0;
+  bool ordered = !vp.templates.empty();
   for (size_t t = 0; t < vp.templates.size(); ++t) {
     const int32_t spacing = vp.templates[t].header.rank_spacing;
     h.rank_spacing = t == 0 ? spacing : std::min(h.rank_spacing, spacing);
+    ordered = ordered && (vp.templates[t].header.flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED) != 0;
   }
+  if (ordered) h.flags |= DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED;
   plan->varlen = std::move(state);
   plan->note = vp.note;
   plan->device = device;
