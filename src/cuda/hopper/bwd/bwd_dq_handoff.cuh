@@ -2,9 +2,9 @@
 // hopper/bwd/bwd_dq_handoff.cuh — how a visit's fp32 dQ partial leaves the CTA: the MMA warpgroups stage it in one
 // of kDqStages shared-memory buffers with a hand-off record; the buffer's store warp waits for the partial's turn
 // in its accumulator's order (ordered adds: runs_ordered), adds the whole tile with ONE bulk reduce-add issued by
-// one lane, and publishes the next turn. The accumulator tile has the staging layout (DqStaging), so the copy is a flat 1-D
-// range; bwd_convert undoes the swizzle. (Before the bulk hand-off, 32 lanes issued 2048 16-byte reductions per
-// tile and fenced them: docs/history/kernel-notes-bwd-wgmma.md.)
+// one lane, and publishes the next turn. The accumulator tile has the staging layout (DqStaging), so the copy is a
+// flat 1-D range; bwd_convert undoes the swizzle. (Before the bulk hand-off, 32 lanes issued 2048 16-byte
+// reductions per tile and fenced them: docs/history/kernel-notes-bwd-wgmma.md.)
 #pragma once
 
 #include <cstdint>
