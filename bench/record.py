@@ -469,6 +469,18 @@ def _ratio(results, num, den):
     return statistics.median(d / n for n, d in zip(results[num][1], results[den][1]))
 
 
+def _ratio_per_mhz(results, num, den):
+    """_ratio with each repeat's speed ratio divided by its SM clocks' ratio (num's clock / den's): which of the two
+    kernels does more per cycle, whatever clock the power cap gave each. None where a clock was not read."""
+    if num not in results or den not in results:
+        return None
+    clocks_num = results[num][0].get("sm_clock_mhz_per_repeat") or []
+    clocks_den = results[den][0].get("sm_clock_mhz_per_repeat") or []
+    ratios = [(d / n) * (cd / cn) for n, d, cn, cd in zip(results[num][1], results[den][1], clocks_num, clocks_den)
+              if cn and cd]
+    return statistics.median(ratios) if ratios and len(ratios) == len(results[num][1]) else None
+
+
 def _best(results, mode, exclude=()):
     cands = [k for k in results if k[1] == mode and k[0] not in exclude]
     return max(cands, key=lambda k: results[k][0]["tflops"]) if cands else None
@@ -501,6 +513,20 @@ def print_summary(table):
                  tf(("fa4", "deterministic", None)), rt(det, best_nd), rt(det, ("fa4", "deterministic", None)),
                  rt(nd, ("fa3", "nondeterministic", None)), rt(nd, ("fa4", "nondeterministic", None)),
                  rt(("dash-attn", "forward", None), best_other_fwd)]
+        print(f"{case.name:34s} " + " ".join(f"{c:>11s}" for c in cells))
+    # Under the power cap a call's clock varies between calls by several percent; per MHz, a ratio says which kernel
+    # does more per cycle (a miss at an equal per-MHz ratio is the clock's).
+    print("\nthe milestone ratios per MHz (each repeat's ratio over its SM clocks' ratio; - where a clock was not read)")
+    head = ("config", "det/fa4det", "nd/fa3nd", "fwd/best")
+    print(" ".join(f"{h:>11s}" if i else f"{h:34s}" for i, h in enumerate(head)))
+    for case, res in table:
+        def rm(a, b):
+            r = _ratio_per_mhz(res, a, b) if b else None
+            return f"{r:.3f}" if r is not None else "-"
+
+        cells = [rm(("dash-attn", "deterministic", "auto"), ("fa4", "deterministic", None)),
+                 rm(("dash-attn", "nondeterministic", "auto"), ("fa3", "nondeterministic", None)),
+                 rm(("dash-attn", "forward", None), _best(res, "forward", exclude=("dash-attn",)))]
         print(f"{case.name:34s} " + " ".join(f"{c:>11s}" for c in cells))
 
 
