@@ -462,23 +462,20 @@ def main():
     print_summary(table)
 
 
-def _ratio(results, num, den):
-    """Median over repeats of num/den time ratios, inverted to a speed ratio (num faster -> > 1)."""
+def _ratio(results, num, den, per_mhz=False):
+    """Median over repeats of num/den time ratios, inverted to a speed ratio (num faster -> > 1). per_mhz: each
+    repeat's ratio divided by its SM clocks' ratio (num's clock / den's), i.e. which kernel does more per cycle,
+    whatever clock the power cap gave each; None where a clock was not read."""
     if num not in results or den not in results:
         return None
-    return statistics.median(d / n for n, d in zip(results[num][1], results[den][1]))
-
-
-def _ratio_per_mhz(results, num, den):
-    """_ratio with each repeat's speed ratio divided by its SM clocks' ratio (num's clock / den's): which of the two
-    kernels does more per cycle, whatever clock the power cap gave each. None where a clock was not read."""
-    if num not in results or den not in results:
+    pairs = list(zip(results[num][1], results[den][1]))
+    if not per_mhz:
+        return statistics.median(d / n for n, d in pairs)
+    clocks = list(zip(results[num][0].get("sm_clock_mhz_per_repeat") or [],
+                      results[den][0].get("sm_clock_mhz_per_repeat") or []))
+    if len(clocks) != len(pairs) or not all(cn and cd for cn, cd in clocks):
         return None
-    clocks_num = results[num][0].get("sm_clock_mhz_per_repeat") or []
-    clocks_den = results[den][0].get("sm_clock_mhz_per_repeat") or []
-    ratios = [(d / n) * (cd / cn) for n, d, cn, cd in zip(results[num][1], results[den][1], clocks_num, clocks_den)
-              if cn and cd]
-    return statistics.median(ratios) if ratios and len(ratios) == len(results[num][1]) else None
+    return statistics.median((d / n) * (cd / cn) for (n, d), (cn, cd) in zip(pairs, clocks))
 
 
 def _best(results, mode, exclude=()):
@@ -491,43 +488,43 @@ def print_config(case, results, flush=False):
     print(f"{case.name:34s} " + " ".join(cells), flush=flush)
 
 
-def print_summary(table):
-    print("\nratios (median of per-repeat ratios); det = dash-attn deterministic, schedule auto")
-    head = ("config", "det", "nd", "fa3 nd", "fa3 det", "fa4 det", "det/best-nd", "det/fa4det", "nd/fa3nd", "nd/fa4nd",
-            "fwd/best")
+def _print_table(title, head, rows):
+    print(title)
     print(" ".join(f"{h:>11s}" if i else f"{h:34s}" for i, h in enumerate(head)))
+    for name, cells in rows:
+        print(f"{name:34s} " + " ".join(f"{c:>11s}" for c in cells))
+
+
+def print_summary(table):
+    det = ("dash-attn", "deterministic", "auto")
+    nd = ("dash-attn", "nondeterministic", "auto")
+    fwd = ("dash-attn", "forward", None)
+    fa3_nd, fa3_det = ("fa3", "nondeterministic", None), ("fa3", "deterministic", None)
+    fa4_nd, fa4_det = ("fa4", "nondeterministic", None), ("fa4", "deterministic", None)
+
+    def rt(res, a, b, per_mhz=False):
+        r = _ratio(res, a, b, per_mhz) if b else None
+        return f"{r:.3f}" if r is not None else "-"
+
+    def tf(res, k):
+        return f"{res[k][0]['tflops']:.0f}" if k in res else "-"
+
+    rows = []
     for case, res in table:
-        det = ("dash-attn", "deterministic", "auto")
-        nd = ("dash-attn", "nondeterministic", "auto")
         best_nd = _best(res, "nondeterministic")
         best_other_fwd = _best(res, "forward", exclude=("dash-attn",))
-
-        def tf(k):
-            return f"{res[k][0]['tflops']:.0f}" if k in res else "-"
-
-        def rt(a, b):
-            r = _ratio(res, a, b) if b else None
-            return f"{r:.3f}" if r is not None else "-"
-
-        cells = [tf(det), tf(nd), tf(("fa3", "nondeterministic", None)), tf(("fa3", "deterministic", None)),
-                 tf(("fa4", "deterministic", None)), rt(det, best_nd), rt(det, ("fa4", "deterministic", None)),
-                 rt(nd, ("fa3", "nondeterministic", None)), rt(nd, ("fa4", "nondeterministic", None)),
-                 rt(("dash-attn", "forward", None), best_other_fwd)]
-        print(f"{case.name:34s} " + " ".join(f"{c:>11s}" for c in cells))
+        rows.append((case.name, [tf(res, det), tf(res, nd), tf(res, fa3_nd), tf(res, fa3_det), tf(res, fa4_det),
+                                 rt(res, det, best_nd), rt(res, det, fa4_det), rt(res, nd, fa3_nd), rt(res, nd, fa4_nd),
+                                 rt(res, fwd, best_other_fwd)]))
+    _print_table("\nratios (median of per-repeat ratios); det = dash-attn deterministic, schedule auto",
+                 ("config", "det", "nd", "fa3 nd", "fa3 det", "fa4 det", "det/best-nd", "det/fa4det", "nd/fa3nd",
+                  "nd/fa4nd", "fwd/best"), rows)
     # Under the power cap a call's clock varies between calls by several percent; per MHz, a ratio says which kernel
     # does more per cycle (a miss at an equal per-MHz ratio is the clock's).
-    print("\nthe milestone ratios per MHz (each repeat's ratio over its SM clocks' ratio; - where a clock was not read)")
-    head = ("config", "det/fa4det", "nd/fa3nd", "fwd/best")
-    print(" ".join(f"{h:>11s}" if i else f"{h:34s}" for i, h in enumerate(head)))
-    for case, res in table:
-        def rm(a, b):
-            r = _ratio_per_mhz(res, a, b) if b else None
-            return f"{r:.3f}" if r is not None else "-"
-
-        cells = [rm(("dash-attn", "deterministic", "auto"), ("fa4", "deterministic", None)),
-                 rm(("dash-attn", "nondeterministic", "auto"), ("fa3", "nondeterministic", None)),
-                 rm(("dash-attn", "forward", None), _best(res, "forward", exclude=("dash-attn",)))]
-        print(f"{case.name:34s} " + " ".join(f"{c:>11s}" for c in cells))
+    rows = [(case.name, [rt(res, det, fa4_det, True), rt(res, nd, fa3_nd, True),
+                         rt(res, fwd, _best(res, "forward", exclude=("dash-attn",)), True)]) for case, res in table]
+    _print_table("\nthe milestone ratios per MHz (each repeat's ratio over its SM clocks' ratio; - where a clock was "
+                 "not read)", ("config", "det/fa4det", "nd/fa3nd", "fwd/best"), rows)
 
 
 if __name__ == "__main__":

@@ -451,9 +451,8 @@ std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape ti
 constexpr int32_t kOrderedNondeterministicMaxPartials = 4;
 
 bool nondeterministic_runs_ordered(const dash_plan_header& h, const PlanRequest& req) {
-  const int32_t kv_tiles = (req.problem.seqlen_k + h.block_n - 1) / h.block_n;
   return req.schedule.kind != Schedule::Kind::Planner && !(h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) &&
-         kv_tiles <= kOrderedNondeterministicMaxPartials;
+         h.num_kv_tiles <= kOrderedNondeterministicMaxPartials;
 }
 
 // `balanced`: the resolution chose the balanced plan (balanced_nondeterministic) with this template.
