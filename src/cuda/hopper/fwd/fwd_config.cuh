@@ -74,6 +74,18 @@ struct FwdConfig {
   using SmemLayoutQHalf =
       decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kRowsPerWarpgroup>, cute::Int<kHeadDim>>{}));
   using SmemLayoutQ = decltype(cute::tile_to_shape(SmemLayoutQHalf{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+  // Q buffers: two in the two-warpgroup kernel that short rows run at a row of three (dash::fwd_warpgroups_for),
+  // one elsewhere. A short row's Q tile visits 1-8 KV tiles, and its Q is the one load that comes from DRAM every
+  // time (each K / V tile serves several Q tiles, mostly from L2): with one buffer it loaded only after the tile
+  // before's last S GEMM, exposed at every tile boundary; with two the producer loads it right after the tile
+  // before's last K / V. Measured +3-4% at head dim 64 512 causal; at head dim 128 (all rows) 1-2% slower, and
+  // within noise on head dim 64's long rows (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-06 12:42).
+  static constexpr bool kShortRowKernel = kWarpgroupsRequested != 0 && kWarpgroupsRequested < kTableRow.fwd_warpgroups;
+  static constexpr int kQStages = kShortRowKernel ? 2 : 1;
+  // Records of announced tiles (fwd_produce): a slot is rewritten kTileSlots tiles later.
+  static constexpr int kTileSlots = 2 * kQStages;
+  using SmemLayoutQStages = decltype(cute::tile_to_shape(
+      SmemLayoutQ{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kQStages>>{}));
   using SmemLayoutKStage =
       decltype(cute::tile_to_shape(SmemAtom{}, cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(
@@ -92,7 +104,7 @@ struct FwdConfig {
   // whole rows do not fit beside Q and the K / V ring (head dims 256 and 192 / 128), O goes out in blocks of 64
   // columns through a buffer of one block, each block's TMA store reading it before the next block is written.
   static constexpr int kBytesBeforeO =
-      int(sizeof(Element)) * (kBlockM * kHeadDim + kStages * kBlockN * (kHeadDim + kHeadDimV));
+      int(sizeof(Element)) * (kQStages * kBlockM * kHeadDim + kStages * kBlockN * (kHeadDim + kHeadDimV));
   static constexpr int kBytesOfWholeO = int(sizeof(Element)) * kBlockM * kHeadDimV;
   static constexpr int kOBlockCols =
       kBytesBeforeO + kBytesOfWholeO + 2048 <= 227 * 1024 ? kHeadDimV : 64;  // 2048: barriers, records, alignment
@@ -185,17 +197,17 @@ struct FwdParams {
 template <class Config>
 struct FwdSharedStorage {
   using Element = typename Config::Element;
-  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutQ>, 1024> q;
+  cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutQStages>, 1024> q;
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutK>, 1024> k;
   cute::array_aligned<Element, cute::cosize_v<typename Config::SmemLayoutV>, 1024> v;
   cute::array_aligned<Element, Config::kConsumerWarpgroups * cute::cosize_v<typename Config::SmemLayoutOBlock>, 1024> o;
-  alignas(8) uint64_t q_full;                    // next tile announced; its Q landed (TMA transaction count)
-  alignas(8) uint64_t q_empty;                   // every consumer warp read the index and finished its last S GEMM
+  alignas(8) uint64_t q_full[Config::kQStages];   // next tile announced; its Q landed (TMA transaction count)
+  alignas(8) uint64_t q_empty[Config::kQStages];  // every consumer warp read the index and finished its last S GEMM
   alignas(8) uint64_t k_full[Config::kStages];   // K stage landed
   alignas(8) uint64_t k_empty[Config::kStages];  // every consumer warp is done reading the K stage
   alignas(8) uint64_t v_full[Config::kStages];
   alignas(8) uint64_t v_empty[Config::kStages];
-  FwdTile tile[2];     // the work tile announced with q_full, in slot (its q_full phase): see fwd_produce
+  FwdTile tile[Config::kTileSlots];  // the work tiles announced with q_full, slot (tile number % kTileSlots)
   FwdTile tile_ahead;  // the producer's next tile, decoded ahead
 };
 

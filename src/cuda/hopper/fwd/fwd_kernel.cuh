@@ -8,7 +8,8 @@
 //     tiles through a kStages-deep ring of shared-memory buffers guarded by mbarriers (full: data landed;
 //     empty: all consumer warps finished reading). It announces each tile to the consumers through shared
 //     memory with the Q load. The ring runs on across work tiles, so the next tile's Q, K and V load while the
-//     consumers finish the current one. It keeps 24 registers (setmaxnreg) and hands the rest on.
+//     consumers finish the current one; Q has kQStages buffers (two in the short-row kernel: fwd_config.cuh).
+//     It keeps 24 registers (setmaxnreg) and hands the rest on.
 //   warpgroups 1.. (consumers: 2, or 3 at head dim 64, from the kernel table): each owns 64 query rows. Per KV
 //     tile: S = Q K^T (wgmma, both operands in shared memory), mask, online softmax in fp32 registers, P ->
 //     bf16/fp16 in registers, O += P V (wgmma with P from registers). 240 registers each (160 with three).
@@ -88,6 +89,13 @@ __device__ __forceinline__ FwdTile fwd_tile_at(FwdParams<Config> const& params, 
   }
 }
 
+// The record slot of the tile announced with Q buffer `q.index` in phase `q.phase`: the tile's number % kTileSlots,
+// the same for the producer and the consumers.
+template <class Config>
+__device__ __forceinline__ uint32_t tile_record_slot(PipelineState<Config::kQStages> const& q) {
+  return uint32_t(q.index) + Config::kQStages * q.phase;
+}
+
 template <class Config>
 __device__ __forceinline__ KvTileRange kv_tile_range(AttentionMask const& mask, int m_block) {
   constexpr int kBlockM = Config::kBlockM;
@@ -128,37 +136,39 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
   Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
   Tensor mK = params.tma_k.get_tma_tensor(params.shape_k);
   Tensor mV = params.tma_v.get_tma_tensor(params.shape_v);
-  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Config::SmemLayoutQ{});
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Config::SmemLayoutQStages{});  // (.., .., stage)
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Config::SmemLayoutK{});  // (.., .., stage)
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Config::SmemLayoutV{});
 
   constexpr bool varlen = kVarlen;
   PipelineState<Config::kStages> stage;  // runs on across work tiles
-  uint32_t q_phase = 0;                  // flips with every tile announced
+  PipelineState<Config::kQStages> q_state;  // the next tile's Q buffer; runs on across work tiles
   // The next tile to announce, decoded ahead (below). Kept in shared memory, and the current tile read back from
   // its announced slot where used: the producer has 24 registers.
   smem.tile_ahead = fwd_tile_at<kVarlen>(params, blockIdx.x);
   for (;;) {
-    // Q (and the tile record beside it) are overwritten only after every consumer warp finished the previous
-    // tile's last S GEMM and read its record (on the first tile the wait returns at once: a fresh mbarrier
-    // counts its phase before 0 as completed).
-    mbarrier_wait(&smem.q_empty, q_phase ^ 1u);
-    q_phase ^= 1u;
+    // A Q buffer is overwritten only after every consumer warp finished the last S GEMM of the tile that used it
+    // before (kQStages tiles ago) and read its record (on a buffer's first use the wait returns at once: a fresh
+    // mbarrier counts its phase before 0 as completed).
+    int const q_stage = q_state.index;
+    mbarrier_wait(&smem.q_empty[q_stage], q_state.phase ^ 1u);
     // Announce the tile. Its record is visible to every consumer that completes the q_full phase: the arrival
-    // below releases this write. An index past the end tells the consumers to stop. The record goes to the slot
-    // of the tile before last: the wait above (the consumers' release of the previous tile) comes after they
-    // finished that tile, epilogue included, so no consumer still reads the slot.
-    smem.tile[q_phase ^ 1u] = smem.tile_ahead;  // slot = the phase the consumers wait on
-    FwdTile volatile const& tile = smem.tile[q_phase ^ 1u];
+    // below releases this write. An index past the end tells the consumers to stop. The slot last held the record
+    // of the tile 2 x kQStages before: the wait above (the consumers' release of the tile kQStages before) comes
+    // after they finished every earlier tile, epilogues included, so no consumer still reads the slot.
+    uint32_t const slot = tile_record_slot<Config>(q_state);
+    q_state.advance();
+    smem.tile[slot] = smem.tile_ahead;
+    FwdTile volatile const& tile = smem.tile[slot];
     if (tile.index >= params.num_work_tiles) {
-      mbarrier_arrive(&smem.q_full);
+      mbarrier_arrive(&smem.q_full[q_stage]);
       break;
     }
     int const next = fwd_next_tile(params.tile_counter);
     // From the producer's own copy (not yet overwritten by the next tile's decoding, below).
     KvTileRange const range = kv_tile_range<Config>(smem.tile_ahead.mask, smem.tile_ahead.m_block);
     if (range.count() == 0) {  // the consumers write O = 0, LSE = -inf: no data to load
-      mbarrier_arrive(&smem.q_full);
+      mbarrier_arrive(&smem.q_full[q_stage]);
       smem.tile_ahead = fwd_tile_at<kVarlen>(params, next);
       continue;
     }
@@ -179,8 +189,8 @@ __device__ void fwd_produce(FwdParams<Config> const& params, FwdSharedStorage<Co
 
     // The full barrier completes when the arrival (this thread) and the expected bytes (the TMA) are both in.
     // L2 priorities: a Q tile is read once (EVICT_FIRST), a K/V tile by every Q tile of its head (EVICT_LAST).
-    mbarrier_arrive_expect_tx(&smem.q_full, Config::kQTileBytes);
-    copy(params.tma_q.with(smem.q_full, 0, L2Hint::EVICT_FIRST), tQgQ, tQsQ);
+    mbarrier_arrive_expect_tx(&smem.q_full[q_stage], Config::kQTileBytes);
+    copy(params.tma_q.with(smem.q_full[q_stage], 0, L2Hint::EVICT_FIRST), tQgQ, tQsQ(_, q_stage));
 
     for (int n = range.end - 1; n >= range.begin; --n) {
       auto [tKgK, tKsK] = tma_partition(params.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
@@ -218,7 +228,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
   bool const lane_leader = (threadIdx.x % 32) == 0;
   bool const store_leader = (thread % 128) == 0;  // issues this warpgroup's TMA stores of O
 
-  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Config::SmemLayoutQ{});
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Config::SmemLayoutQStages{});  // (.., .., stage)
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Config::SmemLayoutK{});
   Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Config::SmemLayoutVt{});
   // This warpgroup's buffer for its 64 output rows, or for one column block of them at a time (kOBlocks > 1).
@@ -276,12 +286,15 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
 
   PipelineState<kStages> k_stage;  // stage of the K tile for the next S GEMM; runs on across work tiles
   PipelineState<kStages> v_stage;  // stage of the V tile for the next O GEMM
-  uint32_t q_phase = 0;
+  PipelineState<Config::kQStages> q_state;  // as the producer's
   for (;;) {
+    int const q_stage = q_state.index;
+    uint32_t const slot = tile_record_slot<Config>(q_state);
+    Tensor tSrQ_tile = tSrQ(_, _, _, q_stage);  // this tile's Q stage
     // The producer's announcement of the next tile (and its Q, when the tile has keys to visit). Waiting here
     // cannot hang: the producer announces every tile it takes and then one index past the end, and it waits
     // only for the consumers' releases of earlier tiles, which every path below gives.
-    mbarrier_wait(&smem.q_full, q_phase);
+    mbarrier_wait(&smem.q_full[q_stage], q_state.phase);
     // Fixed length: only the lane that later releases q_empty for its warp reads the index (then passes it on;
     // its own release orders the read before the producer's next write), and the tile follows from the index by
     // arithmetic. Varlen: the record stays in its slot until this warp has released the NEXT tile (see the
@@ -290,9 +303,9 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     // warp's leader that lets the producer rewrite the slot.
     FwdTile fixed_tile;
     if constexpr (!kVarlen) {
-      fixed_tile = fwd_tile_at<false>(params, __shfl_sync(0xffffffffu, lane_leader ? smem.tile[q_phase].index : 0, 0));
+      fixed_tile = fwd_tile_at<false>(params, __shfl_sync(0xffffffffu, lane_leader ? smem.tile[slot].index : 0, 0));
     }
-    FwdTile const& tile = kVarlen ? smem.tile[q_phase] : fixed_tile;
+    FwdTile const& tile = kVarlen ? smem.tile[slot] : fixed_tile;
     if (tile.index >= params.num_work_tiles) break;
     // The sequence's mask: the kernel parameter itself at fixed length, the record's in a varlen pack, both read in
     // place (a copy made ptxas hoist its fields into registers and spill).
@@ -315,7 +328,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
     clear(tOrO);
 
     if (range.count() == 0) {
-      release(&smem.q_empty);  // no S GEMM reads Q: the producer may announce the next tile
+      release(&smem.q_empty[q_stage]);  // no S GEMM reads Q: the producer may announce the next tile
     } else {
       if (warpgroup == kWarpgroups - 1) pass_turn();  // warpgroup 0's first turn
 
@@ -323,12 +336,12 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
       int n = range.end - 1;
       wait_turn();
       mbarrier_wait(&smem.k_full[k_stage.index], k_stage.phase);
-      warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), tSrS);
+      warpgroup_gemm<true, false>(mma_qk, tSrQ_tile, tSrK(_, _, _, k_stage.index), tSrS);
       pass_turn();
       warpgroup_wait<0>();
       release(&smem.k_empty[k_stage.index]);
       k_stage.advance();
-      if (n == range.begin) release(&smem.q_empty);  // that was the last S GEMM: the next Q may load
+      if (n == range.begin) release(&smem.q_empty[q_stage]);  // that was the last S GEMM: the next Q may load
       if (range.needs_mask(n)) mask_tile(n);
       softmax.template update<true>(scores, o_rescale);
       convert_to_element(tOrP, tSrS);
@@ -337,7 +350,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
       for (--n; n >= range.begin; --n) {
         wait_turn();
         mbarrier_wait(&smem.k_full[k_stage.index], k_stage.phase);
-        warpgroup_gemm<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_stage.index), tSrS);
+        warpgroup_gemm<true, false>(mma_qk, tSrQ_tile, tSrK(_, _, _, k_stage.index), tSrS);
         mbarrier_wait(&smem.v_full[v_stage.index], v_stage.phase);
         warpgroup_gemm<false, true>(mma_pv, tOrP_operand, tOrVt(_, _, _, v_stage.index), tOrO);
         pass_turn();
@@ -355,7 +368,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
         auto release_s_operands = [&] {
           release(&smem.k_empty[k_stage.index]);
           k_stage.advance();
-          if (n == range.begin) release(&smem.q_empty);
+          if (n == range.begin) release(&smem.q_empty[q_stage]);
         };
         if (range.needs_mask(n)) mask_tile(n);
         softmax.template update<false>(scores, o_rescale);
@@ -427,7 +440,7 @@ __device__ void fwd_consume(FwdParams<Config> const& params, FwdSharedStorage<Co
         tma_store_arrive();
       }
     }
-    q_phase ^= 1u;
+    q_state.advance();
   }
   // The CTA may exit right after: keep its shared memory alive until the last TMA store has read it.
   if (store_leader) tma_store_wait<0>();
@@ -447,8 +460,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   int const warpgroup = cutlass::canonical_warp_group_idx();
 
   if (warp == 0 && cute::elect_one_sync()) {
-    mbarrier_init(&smem.q_full, 1);  // the producer's arrive_expect_tx
-    mbarrier_init(&smem.q_empty, Config::kConsumerWarps);
+    CUTE_UNROLL
+    for (int s = 0; s < Config::kQStages; ++s) {
+      mbarrier_init(&smem.q_full[s], 1);  // the producer's arrive_expect_tx
+      mbarrier_init(&smem.q_empty[s], Config::kConsumerWarps);
+    }
     CUTE_UNROLL
     for (int s = 0; s < Config::kStages; ++s) {
       mbarrier_init(&smem.k_full[s], 1);
