@@ -78,8 +78,9 @@ struct FwdConfig {
   // one elsewhere. A short row's Q tile visits 1-8 KV tiles, and its Q is the one load that comes from DRAM every
   // time (each K / V tile serves several Q tiles, mostly from L2): with one buffer it loaded only after the tile
   // before's last S GEMM, exposed at every tile boundary; with two the producer loads it right after the tile
-  // before's last K / V. Measured +3-4% at head dim 64 512 causal; at head dim 128 (all rows) 1-2% slower, and
-  // within noise on head dim 64's long rows (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-06 12:42).
+  // before's last K / V. Measured +3-4% at head dim 64 512 causal as a study and +2.6-2.9% as landed (c0ece92); at
+  // head dim 128 (all rows) 1-2% slower, and within noise on head dim 64's long rows
+  // (docs/history/kernel-notes-bwd-wgmma.md, 2026-12-06 12:42 and 15:48).
   static constexpr bool kShortRowKernel = kWarpgroupsRequested != 0 && kWarpgroupsRequested < kTableRow.fwd_warpgroups;
   static constexpr int kQStages = kShortRowKernel ? 2 : 1;
   // Records of announced tiles (fwd_produce): a slot is rewritten kTileSlots tiles later.
