@@ -355,7 +355,8 @@ def main():
                          "state a training step runs in; default 0.2 s, where two rows that run one plan agree to "
                          "2%%; 0: 3 warm-up calls only, and each figure then depends on what ran before it)")
     ap.add_argument("--tag", help="a name for this build of dash-attn, written into every row (A/B runs)")
-    ap.add_argument("--only", help="IMPL/MODE[/SCHEDULE]: run that one 5 times on the first config and exit (for ncu)")
+    ap.add_argument("--only", help="IMPL/MODE[/SCHEDULE]: run that one 5 times on the first config and exit (for ncu; "
+                    "a non-deterministic schedule other than auto needs --nondet-schedules)")
     args = ap.parse_args()
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -385,7 +386,8 @@ def main():
             sys.exit(f"record.py: config(s) not of the form b2_s8192_hq16_hkv16_d128_causal: {', '.join(missing)}")
     if args.only:
         case = Case(*rows[0])
-        impls = dash_impls(case, schedules if not args.quick else dash_attn.SCHEDULES)
+        impls = dash_impls(case, schedules if not args.quick else dash_attn.SCHEDULES,
+                           args.nondet_schedules.split(","))
         impls += fa3_impls(case, fa3) if fa3 is not None else []
         want = tuple(args.only.split("/")) + (None,) * (3 - len(args.only.split("/")))
         chosen = [i for i in impls if i.key == want]

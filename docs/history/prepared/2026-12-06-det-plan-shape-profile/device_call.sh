@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Why the deterministic plan at head dim 64 16k causal (symmetric shift, 16 lock-step items of 4 pairs, staggered
+# kernel) runs 6-13% below the balanced non-deterministic plan on the same kernel (README beside this file). One
+# device call, main's library only (no peers, ~5 min on an H100): Nsight Compute on the backward kernel of three
+# runs of one config - det auto (symmetric shift), non-det auto (the balanced plan), non-det symmetric shift (the
+# det plan without its waits) - then a short timing of the same three as a cross-check.
+# Run from the repository root: bash docs/history/prepared/2026-12-06-det-plan-shape-profile/device_call.sh BUILD_DIR
+# BUILD_DIR holds libdash_attn.so (the default, build/, when the device's checkout carries it; else a carried folder).
+set -uo pipefail
+out=${OUT:-out}; mkdir -p "$out"
+lib=${1:-build}/libdash_attn.so
+export DASH_ATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee "$out/gpu.txt"
+config=${CONFIG:-b1_s16384_hq32_hkv32_d64_causal}
+for impl in dash-attn/deterministic/auto dash-attn/nondeterministic/auto dash-attn/nondeterministic/symmetric-shift; do
+  tag=$(echo "$impl" | tr '/' '-')
+  tmp=$(mktemp -d)
+  # --clock-control none: the kernel at the clock it would run at; --launch-skip 2: the third launch (two warm-ups).
+  timeout 200 ncu --clock-control none --kernel-name regex:backward_kernel --launch-skip 2 --launch-count 1 \
+    --set full --import-source no -f -o "$tmp/prof" \
+    python3 bench/record.py --out /dev/null --configs "$config" --only "$impl" --nondet-schedules auto,symmetric-shift \
+    > "$tmp/ncu-run.log" 2>&1
+  echo "ncu rc=$? ($tag)"; tail -2 "$tmp/ncu-run.log"
+  ncu -i "$tmp/prof.ncu-rep" --page details --csv > "$tmp/details.csv" 2>&1
+  ncu -i "$tmp/prof.ncu-rep" --page source --csv --print-source sass > "$tmp/source.csv" 2>&1
+  { echo "== $tag"
+    grep -E '"(Duration|Elapsed Cycles|SM Active Cycles|L2 Hit Rate|L1/TEX Hit Rate|DRAM Throughput|Memory Throughput|Executed Ipc Active|Achieved Occupancy|L2 Cache Throughput)"' \
+      "$tmp/details.csv" | awk -F'","' '{print "  " $(NF-2) " = " $NF " " $(NF-1)}' | tr -d '"' | sort -u
+    python3 scripts/ncu_stalls.py "$tmp/source.csv" --top 12; } 2>&1 | tee -a "$out/ncu-summary.log"
+  tar -C "$tmp" -czf "$out/ncu-$tag-$config.tar.gz" details.csv source.csv ncu-run.log
+  rm -rf "$tmp"
+done
+timeout 120 python3 bench/record.py --out "$out/timing.jsonl" --no-cudnn --configs "$config" --schedules auto \
+  --nondet-schedules auto,symmetric-shift --repeats 5 2>&1 | tail -12
