@@ -5,12 +5,17 @@
 # device call, main's library only (no peers but cuDNN in part 2, ~6 min on an H100): Nsight Compute on the backward kernel of three
 # runs of one config - det auto (symmetric shift), non-det auto (the balanced plan), non-det symmetric shift (the
 # det plan without its waits) - then a short timing of the same three as a cross-check.
-# Run from the repository root: bash docs/history/prepared/2026-12-06-det-plan-shape-profile/device_call.sh BUILD_DIR
-# BUILD_DIR holds libdash_attn.so (the default, build/, when the device's checkout carries it; else a carried folder).
+# Run from the repository root: bash docs/history/prepared/2026-12-06-det-plan-shape-profile/device_call.sh LIB
+# LIB: a libdash_attn.so, or a .tar.xz holding one at its top (main's library packed on the development machine:
+# `tar cJf .carry/X/main.tar.xz -C build libdash_attn.so`, 1.4 MB, and `carry` names .carry/X).
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
-lib=${1:-build}/libdash_attn.so
-export DASH_ATTN_LIBRARY=$PWD/$lib PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64
+lib=${1:?usage: device_call.sh LIB (libdash_attn.so or a .tar.xz holding it)}
+if [ "${lib%.tar.xz}" != "$lib" ]; then
+  rm -rf /tmp/profile-lib && mkdir -p /tmp/profile-lib && tar xJf "$lib" -C /tmp/profile-lib && lib=/tmp/profile-lib/libdash_attn.so
+fi
+lib=$(realpath "$lib")
+export DASH_ATTN_LIBRARY=$lib PYTHONPATH=$PWD/python:$PWD/.carry/nvml PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee "$out/gpu.txt"
 config=${CONFIG:-b1_s16384_hq32_hkv32_d64_causal}
 for impl in dash-attn/deterministic/auto dash-attn/nondeterministic/auto dash-attn/nondeterministic/symmetric-shift; do
