@@ -6,7 +6,10 @@
 #
 #   scripts/gpu_record.sh --build-dir DIR --fa3 SO [--quick] [--long] [--fa4] [--profile CONFIG,...] [--mode M]
 #                         [--no-record] [--configs LIST] [--profile-impls "dash-attn fa3"] [--warmup-seconds S]
-#                         [--repeats N] [--order shuffle|rotate]
+#                         [--repeats N] [--order shuffle|rotate] [--nondet-schedules LIST]
+#
+# --profile-impls takes impl names (profiled in --mode, dash-attn with schedule auto) or whole record.py keys
+# IMPL/MODE/SCHEDULE (e.g. dash-attn/nondeterministic/symmetric-shift, with --nondet-schedules naming it).
 #
 # record.py times each call after 0.2 s of itself (the power-capped state) in a shuffled order per repeat; the full
 # record with FA4 took 410 s of the 560 allowed below at e1c69e3, so --long goes in a call of its own.
@@ -21,6 +24,7 @@ mkdir -p "$out"
 build="$root/build"
 fa3=""
 record_args=()
+only_args=()  # what record.py --only needs beside the key
 profiles=""
 mode=nondeterministic
 record=1
@@ -33,6 +37,7 @@ while [ $# -gt 0 ]; do
     --configs) record_args+=(--configs "$2"); shift 2 ;;
     --warmup-seconds) record_args+=(--warmup-seconds "$2"); shift 2 ;;  # the sustained power state (record.py)
     --repeats|--order) record_args+=("$1" "$2"); shift 2 ;;
+    --nondet-schedules) record_args+=("$1" "$2"); only_args+=("$1" "$2"); shift 2 ;;
     --profile) profiles="$2"; shift 2 ;;
     --mode) mode="$2"; shift 2 ;;
     --no-record) record=0; shift ;;
@@ -62,25 +67,32 @@ for config in "${configs[@]}"; do
   for name in $profile_impls; do
     impl="$name/$mode"
     [ "$name" = dash-attn ] && [ "$mode" != forward ] && impl="$impl/auto"
+    kernel_mode=$mode
+    tag="$name-$mode-$config"
+    if [ "${name#*/}" != "$name" ]; then  # a whole key IMPL/MODE/SCHEDULE
+      impl=$name; kernel_mode=$(echo "$name" | cut -d/ -f2); name=${name%%/*}
+      tag="$(echo "$impl" | tr / -)-$config"
+    fi
     [ "$name" = fa3 ] && [ -z "$fa3" ] && continue
     # FA3's kernels are all cutlass::device_kernel<...>: match the main one on its demangled template argument.
-    if [ "$mode" = forward ]; then
+    if [ "$kernel_mode" = forward ]; then
       name_args=(--kernel-name regex:forward_kernel)
       [ "$name" = fa3 ] && name_args=(--kernel-name-base demangled --kernel-name regex:FlashAttnFwdSm90)
     else
       name_args=(--kernel-name regex:backward_kernel)
       [ "$name" = fa3 ] && name_args=(--kernel-name-base demangled --kernel-name regex:FlashAttnBwdSm90)
     fi
-    tag="${impl%%/*}-$mode-$config"
     tmp=$(mktemp -d)
     timeout 240 ncu --clock-control none "${name_args[@]}" --launch-skip 2 --launch-count 1 --set full \
       --import-source no -f -o "$tmp/prof" \
-      python3 "$root/bench/record.py" --out /dev/null --configs "$config" --only "$impl" "${fa3_args[@]}" \
+      python3 "$root/bench/record.py" --out /dev/null --configs "$config" --only "$impl" "${fa3_args[@]}" "${only_args[@]}" \
       >"$tmp/ncu-run.log" 2>&1
     echo "ncu rc=$? ($tag)"; tail -3 "$tmp/ncu-run.log"
     ncu -i "$tmp/prof.ncu-rep" --page details --csv >"$tmp/details.csv" 2>&1
     ncu -i "$tmp/prof.ncu-rep" --page source --csv --print-source sass >"$tmp/source.csv" 2>&1
-    { echo "== $tag"; python3 "$root/scripts/ncu_stalls.py" "$tmp/source.csv" --top 16; } 2>&1 | tee -a "$out/ncu-summary.log"
+    { echo "== $tag"
+      python3 "$root/scripts/ncu_headline.py" "$tmp/details.csv"
+      python3 "$root/scripts/ncu_stalls.py" "$tmp/source.csv" --top 16; } 2>&1 | tee -a "$out/ncu-summary.log"
     tar -C "$tmp" -czf "$out/ncu-$tag.tar.gz" details.csv source.csv ncu-run.log
     rm -rf "$tmp"
   done
