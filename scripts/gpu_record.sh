@@ -84,6 +84,7 @@ for config in "${configs[@]}"; do
     fi
     tmp=$(mktemp -d)
     timeout 240 ncu --clock-control none "${name_args[@]}" --launch-skip 2 --launch-count 1 --set full \
+      --metrics sm__cycles_active.min,sm__cycles_active.max \
       --import-source no -f -o "$tmp/prof" \
       python3 "$root/bench/record.py" --out /dev/null --configs "$config" --only "$impl" "${fa3_args[@]}" "${only_args[@]}" \
       >"$tmp/ncu-run.log" 2>&1

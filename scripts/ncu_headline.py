@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """The headline metrics of an Nsight Compute details page (`ncu -i REP --page details --csv`), one line per profiled
-launch and metric: duration, elapsed and SM-active cycles (active < elapsed: SMs without a CTA), IPC, L2 hit rate and
-DRAM throughput. scripts/gpu_record.sh prints it beside scripts/ncu_stalls.py's stall samples.
+launch and metric: duration, elapsed and SM-active cycles (the mean, and the least and most busy SM where asked for),
+IPC, L2 hit rate and DRAM throughput. scripts/gpu_record.sh prints it beside scripts/ncu_stalls.py's stall samples.
 
   scripts/ncu_headline.py details.csv
 """
@@ -10,7 +10,11 @@ import csv
 import sys
 
 HEADLINE = ("Duration", "Elapsed Cycles", "SM Active Cycles", "Executed Ipc Active", "L2 Hit Rate",
-            "DRAM Throughput")
+            "DRAM Throughput",
+            # the least and most busy SM (gpu_record.sh asks for them beside --set full): a spread between them is
+            # load imbalance (items of unequal length, or SMs of unequal speed), where "SM Active Cycles" < elapsed
+            # alone cannot tell it from SMs without work
+            "sm__cycles_active.min", "sm__cycles_active.max")
 
 
 def main():
