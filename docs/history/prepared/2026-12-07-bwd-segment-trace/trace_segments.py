@@ -32,22 +32,20 @@ CAPACITY = 1 << 17
 
 def decode(words):
     w0, w1 = words[0::2], words[1::2]
-    ticket = (w0 >> np.uint64(32)).astype(np.int64)
-    ticket = np.where(ticket >= 2 ** 31, ticket - 2 ** 32, ticket)
     segment = ((w0 >> np.uint64(16)) & np.uint64(0xFFFF)).astype(np.int64)
     sm = (w0 & np.uint64(0xFFFF)).astype(np.int64)
     visits = (w1 >> np.uint64(48)).astype(np.int64)
     t = (w1 & np.uint64((1 << 48) - 1)).astype(np.int64)
-    return ticket, segment, sm, visits, t
+    return segment, sm, visits, t  # (the ticket, w0 >> 32, is kept in the saved records)
 
 
 def analyze(name, words):
-    ticket, segment, sm, visits, t = decode(words)
+    segment, sm, visits, t = decode(words)
     t = (t - t.min()) / 1000.0  # microseconds from the first record
     exit_ = segment == 0xFFFF
     span = t.max()
     sms = np.unique(sm)
-    busy, done, ends, rates = [], [], [], []
+    ends, rates = [], []
     durations, seg_visits = [], []
     for s in sms:
         m = sm == s
@@ -55,8 +53,6 @@ def analyze(name, words):
         ts, vs, ex = t[m][order], visits[m][order], exit_[m][order]
         end = ts[ex].max() if ex.any() else ts.max()
         work = vs[~ex].sum()
-        busy.append(end - ts[0])
-        done.append(work)
         ends.append(end)
         if end > ts[0]:
             rates.append(work / (end - ts[0]))
