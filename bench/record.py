@@ -17,6 +17,7 @@ Each implementation is timed through the entry point its users call:
   a retained graph, i.e. only the backward's kernels.
 
     python3 bench/record.py --out bench/results/record.jsonl [--quick] [--fa3 /tmp/fa3/_C.so] [--fa4] [--long]
+    python3 bench/record.py --summarize bench/results/record-*.jsonl   (no GPU: the tables and milestone count again)
 
 --quick: four configs, dash-attn (non-det, auto) and FA3 only, for iterating. --long: extra memory and time at
 32k-128k tokens (causal, head dim 128, MHA and 32/8). Writes one JSON line per (config, impl, mode[, schedule]) and
@@ -333,7 +334,10 @@ def run_config(case, impls, repeats, reference_key, warmup=3, reps=10, warmup_se
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="JSON lines file (appended)")
+    ap.add_argument("--out", help="JSON lines file (appended); required unless --summarize")
+    ap.add_argument("--summarize", nargs="+", metavar="JSONL",
+                    help="no GPU: print the summary tables and the milestone count of recorded rows, one call "
+                         "(call_id) at a time, and exit")
     ap.add_argument("--fa3", help="FA3 upstream _C.so built from shared/fa3kit")
     ap.add_argument("--fa4", action="store_true", help="time FA4 (flash_attn.cute) too; it must be importable")
     ap.add_argument("--quick", action="store_true", help="four configs, dash-attn non-det / auto and FA3 only")
@@ -358,6 +362,13 @@ def main():
     ap.add_argument("--only", help="IMPL/MODE[/SCHEDULE]: run that one 5 times on the first config and exit (for ncu; "
                     "a non-deterministic schedule other than auto needs --nondet-schedules)")
     args = ap.parse_args()
+    if args.summarize:
+        for call_id, table in tables_from_jsonl(args.summarize):
+            print(f"call {call_id}: {len(table)} configs")
+            print_summary(table)
+        return
+    if not args.out:
+        ap.error("--out is required (unless --summarize)")
 
     torch.backends.cuda.matmul.allow_tf32 = False
     props = torch.cuda.get_device_properties(0)
@@ -497,6 +508,35 @@ def _print_table(title, head, rows):
         print(f"{name:34s} " + " ".join(f"{c:>11s}" for c in cells))
 
 
+class _RecordedCase:
+    """A config as print_summary reads it from a recorded row."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+def tables_from_jsonl(paths):
+    """The recorded rows of `paths` as print_summary's tables, one per device call (call_id), in file order. A row's
+    per-repeat entries are 1 / TFLOP/s, which stand for its times: the ratios compare rows of equal FLOPs (a forward
+    with a forward, a backward with a backward)."""
+    calls = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                if "tflops_per_repeat" not in row or row.get("error"):
+                    continue  # a row that did not run, or one of --long's (one timed batch, no repeats)
+                key = (row["impl"], row["mode"], row.get("schedule"))
+                configs = calls.setdefault(row.get("call_id"), {})
+                configs.setdefault(row["config"], {})[key] = (row, [1.0 / t for t in row["tflops_per_repeat"]])
+    return [(call_id, [(_RecordedCase(name), results) for name, results in configs.items()])
+            for call_id, configs in calls.items()]
+
+
+# Milestone 1 of the kernel-efficiency issue: the least det / FA4 det, non-det / FA3 non-det and forward / best.
+MILESTONE_DET, MILESTONE_ND, MILESTONE_FWD = 0.97, 0.95, 0.93
+
+
 def print_summary(table):
     det = ("dash-attn", "deterministic", "auto")
     nd = ("dash-attn", "nondeterministic", "auto")
@@ -512,21 +552,39 @@ def print_summary(table):
         return f"{res[k][0]['tflops']:.0f}" if k in res else "-"
 
     rows, rows_per_mhz = [], []
+    # Milestone 1: [label, threshold, rows checked, misses]; a row is checked where both of its implementations ran.
+    milestone = [["det >= 0.97 x FA4's det", MILESTONE_DET, 0, []],
+                 ["non-det >= 0.95 x FA3's non-det", MILESTONE_ND, 0, []],
+                 ["forward >= 0.93 x the best other (FA3, FA4, cuDNN)", MILESTONE_FWD, 0, []],
+                 ["forward >= 0.93 x FA3's and FA4's best (the issue's targets)", MILESTONE_FWD, 0, []]]
     for case, res in table:
         best_nd = _best(res, "nondeterministic")
         best_other_fwd = _best(res, "forward", exclude=("dash-attn",))
+        best_fa_fwd = _best(res, "forward", exclude=("dash-attn", "cudnn"))
         rows.append((case.name, [tf(res, det), tf(res, nd), tf(res, fa3_nd), tf(res, fa3_det), tf(res, fa4_det),
                                  rt(res, det, best_nd), rt(res, det, fa4_det), rt(res, nd, fa3_nd), rt(res, nd, fa4_nd),
-                                 rt(res, fwd, best_other_fwd)]))
+                                 rt(res, fwd, best_other_fwd), rt(res, fwd, best_fa_fwd)]))
         rows_per_mhz.append((case.name, [rt(res, det, fa4_det, True), rt(res, nd, fa3_nd, True),
-                                         rt(res, fwd, best_other_fwd, True)]))
-    _print_table("\nratios (median of per-repeat ratios); det = dash-attn deterministic, schedule auto",
+                                         rt(res, fwd, best_other_fwd, True), rt(res, fwd, best_fa_fwd, True)]))
+        for entry, (num, den) in zip(milestone, ((det, fa4_det), (nd, fa3_nd), (fwd, best_other_fwd),
+                                                 (fwd, best_fa_fwd))):
+            r = _ratio(res, num, den) if den else None
+            if r is not None:
+                entry[2] += 1
+                if r < entry[1]:
+                    entry[3].append(f"{case.name} {r:.3f}")
+    _print_table("\nratios (median of per-repeat ratios); det = dash-attn deterministic, schedule auto; fwd/best: "
+                 "against the best other forward (cuDNN's too), fwd/fa: FA3's and FA4's only",
                  ("config", "det", "nd", "fa3 nd", "fa3 det", "fa4 det", "det/best-nd", "det/fa4det", "nd/fa3nd",
-                  "nd/fa4nd", "fwd/best"), rows)
+                  "nd/fa4nd", "fwd/best", "fwd/fa"), rows)
     # Under the power cap a call's clock varies between calls by several percent; per MHz, a ratio says which kernel
     # does more per cycle (a miss at an equal per-MHz ratio is the clock's).
     _print_table("\nthe milestone ratios per MHz (each repeat's ratio over its SM clocks' ratio; - where a clock was "
-                 "not read)", ("config", "det/fa4det", "nd/fa3nd", "fwd/best"), rows_per_mhz)
+                 "not read)", ("config", "det/fa4det", "nd/fa3nd", "fwd/best", "fwd/fa"), rows_per_mhz)
+    print("\nmilestone 1 (median ratios):")
+    for label, _, checked, misses in milestone:
+        print(f"  {label}: {checked - len(misses)} of {checked} rows" +
+              (f"; misses: {', '.join(misses)}" if misses else ""))
 
 
 if __name__ == "__main__":
