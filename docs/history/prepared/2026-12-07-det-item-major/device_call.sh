@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # One device call (~4 min): the study library (DASH_STUDY_DESC_IM: schedule `descending` claimed item by item across
 # all units) checked (im_check.py: bitwise runs, heads alone, error) and timed against `auto` (symmetric shift) and
-# the non-deterministic balanced plan, with FA3 beside them (record.py, MHA causal rows and two odd head counts).
+# the non-deterministic balanced plan, with FA3 beside them (record.py, MHA causal rows and two odd head counts),
+# then MHA sliding windows (window_ab.py).
 #   bash docs/history/prepared/2026-12-07-det-item-major/device_call.sh STUDY_LIB.tar.xz FA3_C.so
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
@@ -22,3 +23,5 @@ timeout 330 python3 bench/record.py --out "$out/ab.jsonl" --fa3 "${2:?fa3 _C.so}
   --schedules auto,descending --repeats 3 --tag study-desc-im --commit "${DASH_COMMIT:-study}" 2>&1 | tee "$out/ab.log" \
   | grep -v "^    "
 echo "record rc=${PIPESTATUS[0]}"
+PYTHONPATH=$PYTHONPATH:$PWD/bench timeout 120 python3 "$here/window_ab.py" 2>&1 | tee "$out/window_ab.log"
+echo "window rc=${PIPESTATUS[0]}"
