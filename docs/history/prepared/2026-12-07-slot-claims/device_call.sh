@@ -15,8 +15,8 @@ DASH_ATTN_LIBRARY=/tmp/main/libdash_attn.so timeout 150 python3 $here/slot_check
 DASH_STUDY_SLOTS=1 DASH_ATTN_LIBRARY=/tmp/study/libdash_attn.so timeout 150 python3 $here/slot_check.py compare /tmp/main_grads.pt 2>&1 | tee -a "$out/check.log"
 echo "check rc=${PIPESTATUS[0]}"
 configs=b1_s16384_hq28_hkv28_d64_causal,b1_s16384_hq20_hkv20_d64_causal,b1_s16384_hq32_hkv32_d64_causal
-configs+=,b1_s16384_hq12_hkv12_d64_causal,b1_s8192_hq28_hkv28_d64_full
-for round in 1 2; do
+configs+=,b1_s16384_hq12_hkv12_d64_causal${FULL_ROW-,b1_s8192_hq28_hkv28_d64_full}
+for round in $(seq 1 "${ROUNDS:-2}"); do
   for v in main study; do
     env=(); [ $v = study ] && env=(DASH_STUDY_SLOTS=1)
     env "${env[@]}" DASH_ATTN_LIBRARY=/tmp/$v/libdash_attn.so timeout 100 python3 bench/record.py --out "$out/ab.jsonl" \
@@ -30,5 +30,5 @@ q, k, v = (torch.randn(3, 4608, 5, 64, device="cuda", dtype=torch.bfloat16, requ
 dash_attn.attention(q, k, v, causal=True, schedule="symmetric-shift", deterministic=True).sum().backward()
 torch.cuda.synchronize(); print("ran")
 PY
-DASH_STUDY_SLOTS=1 DASH_ATTN_LIBRARY=/tmp/study/libdash_attn.so timeout 120 compute-sanitizer --tool memcheck \
+DASH_STUDY_SLOTS=1 DASH_ATTN_LIBRARY=/tmp/study/libdash_attn.so timeout "${MEMCHECK_S:-120}" compute-sanitizer --tool memcheck \
   python3 /tmp/memcheck_one.py 2>&1 | tail -4 | tee "$out/memcheck.log"
