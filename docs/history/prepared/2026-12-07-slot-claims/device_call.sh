@@ -15,7 +15,7 @@ DASH_ATTN_LIBRARY=/tmp/main/libdash_attn.so timeout 150 python3 $here/slot_check
 DASH_STUDY_SLOTS=1 DASH_ATTN_LIBRARY=/tmp/study/libdash_attn.so timeout 150 python3 $here/slot_check.py compare /tmp/main_grads.pt 2>&1 | tee -a "$out/check.log"
 echo "check rc=${PIPESTATUS[0]}"
 configs=b1_s16384_hq28_hkv28_d64_causal,b1_s16384_hq20_hkv20_d64_causal,b1_s16384_hq32_hkv32_d64_causal
-configs+=,b1_s16384_hq12_hkv12_d64_causal${FULL_ROW-,b1_s8192_hq28_hkv28_d64_full}
+configs+=${MORE_ROWS-,b1_s16384_hq12_hkv12_d64_causal,b1_s8192_hq28_hkv28_d64_full}
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for v in main study; do
     env=(); [ $v = study ] && env=(DASH_STUDY_SLOTS=1)
