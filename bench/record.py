@@ -553,10 +553,10 @@ def print_summary(table):
 
     rows, rows_per_mhz = [], []
     # Milestone 1: [label, threshold, rows checked, misses]; a row is checked where both of its implementations ran.
-    milestone = [["det >= 0.97 x FA4's det", MILESTONE_DET, 0, []],
-                 ["non-det >= 0.95 x FA3's non-det", MILESTONE_ND, 0, []],
-                 ["forward >= 0.93 x the best other (FA3, FA4, cuDNN)", MILESTONE_FWD, 0, []],
-                 ["forward >= 0.93 x FA3's and FA4's best (the issue's targets)", MILESTONE_FWD, 0, []]]
+    milestone = [[f"det >= {MILESTONE_DET} x FA4's det", MILESTONE_DET, 0, []],
+                 [f"non-det >= {MILESTONE_ND} x FA3's non-det", MILESTONE_ND, 0, []],
+                 [f"forward >= {MILESTONE_FWD} x the best other (FA3, FA4, cuDNN)", MILESTONE_FWD, 0, []],
+                 [f"forward >= {MILESTONE_FWD} x FA3's and FA4's best (the issue's targets)", MILESTONE_FWD, 0, []]]
     for case, res in table:
         best_nd = _best(res, "nondeterministic")
         best_other_fwd = _best(res, "forward", exclude=("dash-attn",))
