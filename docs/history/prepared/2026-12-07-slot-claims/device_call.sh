@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # One device call (~5 min on an H100): slot claims (the study library: lock-step templates split into slots, claimed
 # slot by slot across groups of units) against main's library: bits (slot_check.py), then det / non-det `auto` at
-# head dim 64 in 2 interleaved rounds of record.py per library, then memcheck on one split shape.
+# head dim 64 in 2 interleaved rounds of record.py per library, det `auto` with 8 SMs held (margin_ab.py), then
+# memcheck on one split shape.
 #   bash docs/history/prepared/2026-12-07-slot-claims/device_call.sh MAIN_LIB.tar.xz STUDY_LIB.tar.xz
 set -uo pipefail
 out=${OUT:-out}; mkdir -p "$out"
@@ -23,6 +24,11 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
       --no-cudnn --configs "$configs" --schedules auto --repeats 3 --tag "$v-r$round" --commit study 2>&1 \
       | grep "^b" | sed "s/^/$v r$round /" | tee -a "$out/ab.log"
   done
+done
+for v in main study; do
+  env=(); [ $v = study ] && env=(DASH_STUDY_SLOTS=1)
+  env "${env[@]}" DASH_ATTN_LIBRARY=/tmp/$v/libdash_attn.so PYTHONPATH=$PYTHONPATH:$PWD/bench timeout 90 \
+    python3 $here/margin_ab.py $v 2>&1 | tee -a "$out/margin.log"
 done
 cat > /tmp/memcheck_one.py <<'PY'
 import torch, dash_attn
