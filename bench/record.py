@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import time
+import types
 import uuid
 
 import torch
@@ -508,13 +509,6 @@ def _print_table(title, head, rows):
         print(f"{name:34s} " + " ".join(f"{c:>11s}" for c in cells))
 
 
-class _RecordedCase:
-    """A config as print_summary reads it from a recorded row."""
-
-    def __init__(self, name):
-        self.name = name
-
-
 def tables_from_jsonl(paths):
     """The recorded rows of `paths` as print_summary's tables, one per device call (call_id), in file order. A row's
     per-repeat entries are 1 / TFLOP/s, which stand for its times: the ratios compare rows of equal FLOPs (a forward
@@ -529,7 +523,7 @@ def tables_from_jsonl(paths):
                 key = (row["impl"], row["mode"], row.get("schedule"))
                 configs = calls.setdefault(row.get("call_id"), {})
                 configs.setdefault(row["config"], {})[key] = (row, [1.0 / t for t in row["tflops_per_repeat"]])
-    return [(call_id, [(_RecordedCase(name), results) for name, results in configs.items()])
+    return [(call_id, [(types.SimpleNamespace(name=name), results) for name, results in configs.items()])
             for call_id, configs in calls.items()]
 
 

@@ -8,11 +8,15 @@ item-major and unit-major claims are one order); (3) the error against float64 m
     DASH_STUDY_DESC_IM=1 DASH_ATTN_LIBRARY=STUDY/libdash_attn.so PYTHONPATH=python python3 im_check.py [--device cuda]
 """
 import argparse
+import pathlib
 import sys
 
 import torch
 
 import dash_attn
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[4] / "python" / "tests"))
+import attention_reference  # noqa: E402
 
 
 def grads(q, k, v, dout, causal, schedule):
@@ -23,15 +27,9 @@ def grads(q, k, v, dout, causal, schedule):
 
 
 def reference(q, k, v, dout, causal):
-    q, k, v = (t.detach().double().requires_grad_(True) for t in (q, k, v))
-    s = torch.einsum("bqhd,bkhd->bhqk", q, k) / q.shape[-1] ** 0.5
-    if causal:
-        n_q, n_k = s.shape[-2:]
-        mask = torch.ones(n_q, n_k, dtype=torch.bool, device=s.device).tril(n_k - n_q)
-        s = s.masked_fill(~mask, float("-inf"))
-    out = torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v)
-    out.backward(dout.double())
-    return [t.grad for t in (q, k, v)]
+    # python/tests/attention_reference.py: float64 softmax attention and its gradients.
+    exact = lambda q, k, v: attention_reference.attention(q, k, v, causal, q.shape[-1] ** -0.5)
+    return attention_reference.forward_backward(exact, *(t.double() for t in (q, k, v)), dout.double())[1:]
 
 
 def main():
