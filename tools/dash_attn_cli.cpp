@@ -99,12 +99,13 @@ std::string fixed(double v, int digits) {
 }
 
 // The plan `kind` picks, and its name. The balanced non-deterministic plan runs the ascending template in its own
-// claim order (DASH_PLAN_ITEM_MAJOR).
+// claim order (DASH_PLAN_ITEM_MAJOR without slots: a template cut into slots claims slot by slot).
 std::pair<dash::Plan, std::string> chosen_plan(const Shape& s, int32_t ctas, const dash::CostModel& cost,
                                                dash::Schedule::Kind kind) {
   dash::PlanRequest req{s.problem, {kind, dash::Planner::Ascending}, ctas, s.tiles, s.gqa, &cost};
   dash::Plan plan = dash::build_plan(req);
-  std::string name = std::string((plan.header.flags & DASH_PLAN_ITEM_MAJOR) ? "balanced " : "") +
+  const bool balanced = (plan.header.flags & DASH_PLAN_ITEM_MAJOR) && plan.header.items_per_slot <= 1;
+  std::string name = std::string(balanced ? "balanced " : "") +
                      dash::planner_name(plan.planner());
   if (dash::is_auto(s.gqa)) name += " (gqa " + std::string(dash::gqa_mode_name(plan.gqa_mode())) + ")";
   return {std::move(plan), std::move(name)};

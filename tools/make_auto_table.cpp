@@ -120,11 +120,11 @@ struct Scored {
   bool within_guard = true;
 };
 
-// The plan's template does not depend on P (only its header's CTA count): it is built for kCtas, whose wave check the
-// candidate passed, and run on `num_ctas`.
+// The plan's template does not depend on P (only its header's CTA count and claim order): it is bound for kCtas,
+// whose wave check the candidate passed, and run on `num_ctas`.
 double makespan(const Problem& p, Candidate c, const dash::CostModel& cost, bool waits_only_backward,
                 int32_t num_ctas = kCtas) {
-  Plan plan = dash::build_unvalidated(p, c.planner, {}, c.mode, kCtas);
+  Plan plan = dash::build_plan({p, {dash::Schedule::Kind::Planner, c.planner}, kCtas, {}, c.mode, nullptr});
   if (waits_only_backward) plan.header.flags |= DASH_PLAN_WAITS_ONLY_BACKWARD;
   const dash::SimResult sim = dash::simulate(plan, num_ctas, cost, {.record_spans = false, .critical_path = false});
   if (sim.deadlocked) return std::numeric_limits<double>::infinity();
@@ -149,7 +149,10 @@ std::string rank_row(const Problem& shape) {
   for (GqaMode mode : modes) {
     for (Planner planner : dash::all_planners()) {
       const Plan unit = dash::build_unvalidated(shape, planner, tiles, mode, kCtas);
-      if (mode == modes.back()) fewest_items = std::min<int64_t>(fewest_items, unit.header.items_per_unit);
+      // The items that run at once: a slot's where the template is cut into slots (plan_format.h).
+      const int32_t concurrent =
+          unit.header.items_per_slot > 1 ? unit.header.items_per_slot : unit.header.items_per_unit;
+      if (mode == modes.back()) fewest_items = std::min<int64_t>(fewest_items, concurrent);
       built.push_back({{mode, planner}, dash::validate_plan(unit, kCtas)});
     }
   }

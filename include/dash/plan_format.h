@@ -21,9 +21,17 @@
  *       unit u -> b = u / heads_kv, hk = u % heads_kv; a visit's query head is hk * group_size + head_in_unit.
  *   Ticket t -> unit t / items_per_unit, item t % items_per_unit: units are claimed one after another, except
  *   in a plan with DASH_PLAN_ITEM_MAJOR: there the units form consecutive groups of ticket_group_units (the last
- *   may be smaller), claimed one group after another, and within a group of n units ticket r (counted from the
- *   group's first) is item r / n of the group's unit r % n: every unit's first item, then every unit's second, ...
- *   dash_ticket_unit / dash_ticket_item / dash_ticket_of say it in code.
+ *   may be smaller), claimed one group after another. Within a group of n units the tickets go in blocks of w
+ *   consecutive items of one unit (w = items_per_slot, or 1 where it is 0): block b (counted from the group's
+ *   first ticket) is the b / n-th block of items of the group's unit b % n. So every unit's first item (w = 1) or
+ *   slot (w > 1), then every unit's second, ... dash_ticket_unit / dash_ticket_item / dash_ticket_of say it in code.
+ *
+ * Slots. A lock-step template's items all run at once (each unit is a wave). Where every item starts a segment at
+ *   the same positions, the planner cuts the items there: slot k holds the k-th piece of every item, and the items
+ *   table lists the slots one after another, items_per_slot items each. The visits and their ranks stay the
+ *   uncut template's, so the bits do too; a slot's items wait on each other (its wave) and on earlier slots of their
+ *   unit. Claimed slot by slot across a group of units (DASH_PLAN_ITEM_MAJOR), the CTAs that would idle while the
+ *   last round of whole units runs take other units' slots instead.
  *
  * Because every order lives in the unit template, the bits of one sequence depend only on its shape, mask,
  * head dim, GQA group size and planner — never on batch size, head count or batch position.
@@ -97,10 +105,12 @@ typedef enum dash_plan_flags {
   /* Made with DASH_GQA_AUTO_NONDETERMINISTIC: its GQA mode depends on the batch, so a sequence's bits would too;
    * dash_bwd refuses it with deterministic = 1. Set on the plan's header, never on a shared template's. */
   DASH_PLAN_NONDETERMINISTIC_ONLY = 1u << 2,
-  /* Tickets go item by item across groups of ticket_group_units units (see "Units" above), so that when each
-   * unit's items come longest first, the CTAs claim a group's longest items first and finish together (the
-   * balanced non-deterministic plan of DASH_GQA_AUTO_NONDETERMINISTIC with schedule auto: one KV tile per item).
-   * Set on a plan's header with DASH_PLAN_NONDETERMINISTIC_ONLY only, never on a template or in a pack. */
+  /* Tickets go item by item (or slot by slot) across groups of ticket_group_units units (see "Units" above). Two
+   * plans set it: the balanced non-deterministic plan of DASH_GQA_AUTO_NONDETERMINISTIC with schedule auto (one KV
+   * tile per item, longest first, so that the CTAs claim a group's longest items first and finish together; with
+   * DASH_PLAN_NONDETERMINISTIC_ONLY), and a plan whose template is cut into slots (items_per_slot > 1), where a
+   * group of more than one unit fills the CTAs better than whole units. Set on a plan's header, never on a template
+   * or in a pack. */
   DASH_PLAN_ITEM_MAJOR = 1u << 3,
   /* A non-deterministic backward of this plan runs as the deterministic one: ordered dQ adds whose first partial
    * is stored, so nothing is zeroed first (and dash_bwd_workspace_size is the deterministic one in both modes).
@@ -187,7 +197,10 @@ typedef struct dash_plan_header {
    * correctness: the turns enforce the order whatever it says. The backward runs its kernels whose dQ hand-off
    * leaves a visit late (head dim 64's staggered warpgroups) in the deterministic mode only where it is >= 2. */
   int32_t rank_spacing;
-  uint32_t reserved1[2];
+  /* A template cut into slots (see "Slots" above): items per slot, the uncut template's item count, which divides
+   * items_per_unit; 0 where the template is not cut (0 in blobs of before 2026-12-07, where this was reserved). */
+  int32_t items_per_slot;
+  uint32_t reserved1;
   uint32_t reserved2[2];
 } dash_plan_header;
 
@@ -260,29 +273,39 @@ DASH_HOST_DEVICE static inline dash_unit_coords dash_unit_coords_of(const dash_p
                                group_head_by_rank, unit);
 }
 
-/* Ticket t of a fixed-length plan (flags, ticket_group_units, num_units and items_per_unit of its header): its
- * unit and its item, and back (see "Units" above). Tickets are below 2^31 (the planner's limit: one 32-bit ticket
- * counter). One definition for the kernels, the simulator and the tests. */
+/* Ticket t of a fixed-length plan (flags, ticket_group_units, items_per_slot, num_units and items_per_unit of its
+ * header): its unit and its item, and back (see "Units" above). Tickets are below 2^31 (the planner's limit: one
+ * 32-bit ticket counter). One definition for the kernels, the simulator and the tests. */
 DASH_HOST_DEVICE static inline int32_t dash_ticket_group_size(int32_t group, int32_t num_units, int32_t first) {
   return num_units - first < group ? num_units - first : group;
 }
-DASH_HOST_DEVICE static inline int32_t dash_ticket_unit(uint32_t flags, int32_t group, int32_t num_units,
-                                                       int32_t items_per_unit, int32_t ticket) {
+/* The block of consecutive items claimed together: a slot, or one item. */
+DASH_HOST_DEVICE static inline int32_t dash_ticket_block(int32_t items_per_slot) {
+  return items_per_slot > 1 ? items_per_slot : 1;
+}
+DASH_HOST_DEVICE static inline int32_t dash_ticket_unit(uint32_t flags, int32_t group, int32_t items_per_slot,
+                                                       int32_t num_units, int32_t items_per_unit, int32_t ticket) {
   if (!(flags & DASH_PLAN_ITEM_MAJOR)) return ticket / items_per_unit;
   const int32_t first = ticket / (group * items_per_unit) * group;
-  return first + (ticket - first * items_per_unit) % dash_ticket_group_size(group, num_units, first);
+  const int32_t block = (ticket - first * items_per_unit) / dash_ticket_block(items_per_slot);
+  return first + block % dash_ticket_group_size(group, num_units, first);
 }
-DASH_HOST_DEVICE static inline int32_t dash_ticket_item(uint32_t flags, int32_t group, int32_t num_units,
-                                                       int32_t items_per_unit, int32_t ticket) {
+DASH_HOST_DEVICE static inline int32_t dash_ticket_item(uint32_t flags, int32_t group, int32_t items_per_slot,
+                                                       int32_t num_units, int32_t items_per_unit, int32_t ticket) {
   if (!(flags & DASH_PLAN_ITEM_MAJOR)) return ticket % items_per_unit;
+  const int32_t w = dash_ticket_block(items_per_slot);
   const int32_t first = ticket / (group * items_per_unit) * group;
-  return (ticket - first * items_per_unit) / dash_ticket_group_size(group, num_units, first);
+  const int32_t in_group = ticket - first * items_per_unit;
+  return in_group / w / dash_ticket_group_size(group, num_units, first) * w + in_group % w;
 }
-DASH_HOST_DEVICE static inline int32_t dash_ticket_of(uint32_t flags, int32_t group, int32_t num_units,
-                                                     int32_t items_per_unit, int32_t unit, int32_t item) {
+DASH_HOST_DEVICE static inline int32_t dash_ticket_of(uint32_t flags, int32_t group, int32_t items_per_slot,
+                                                     int32_t num_units, int32_t items_per_unit, int32_t unit,
+                                                     int32_t item) {
   if (!(flags & DASH_PLAN_ITEM_MAJOR)) return unit * items_per_unit + item;
+  const int32_t w = dash_ticket_block(items_per_slot);
   const int32_t first = unit / group * group;
-  return first * items_per_unit + item * dash_ticket_group_size(group, num_units, first) + (unit - first);
+  const int32_t block = item / w * dash_ticket_group_size(group, num_units, first) + (unit - first);
+  return first * items_per_unit + block * w + item % w;
 }
 
 /* Whether the plan's units add dK/dV in group order: split-head GQA (one unit per query head) with more than one query

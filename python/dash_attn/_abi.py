@@ -66,7 +66,7 @@ class PlanHeader(ctypes.Structure):
                 [(name, ctypes.c_uint32) for name in (
                     "items_offset", "segments_offset", "visits_offset", "dq_count_offset",
                     "group_head_by_rank_offset")] +
-                [("rank_spacing", ctypes.c_int32), ("reserved1", ctypes.c_uint32 * 2),
+                [("rank_spacing", ctypes.c_int32), ("items_per_slot", ctypes.c_int32), ("reserved1", ctypes.c_uint32),
                  ("reserved2", ctypes.c_uint32 * 2)])
 
 

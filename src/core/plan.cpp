@@ -10,6 +10,7 @@
 #include <future>
 #include <limits>
 #include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -368,6 +369,8 @@ int32_t balanced_group_units(const dash_plan_header& h) {
   return int32_t(std::clamp<int64_t>(group, 1, std::max(h.num_units, 1)));
 }
 
+dash_plan_header bind_header(const dash_plan_header& template_header, const PlanRequest& req, bool balanced);  // below
+
 // The candidates a request allows, best first. Named planner: that planner, in the GQA mode requested (for Auto,
 // the table's preference between split and pack for it). auto: the table's list, filtered by the GQA mode.
 // auto-fastest: every allowed pair, ordered by the simulated makespan of the real problem.
@@ -406,6 +409,7 @@ std::vector<Candidate> requested_candidates(const PlanRequest& req, TileShape ti
           continue;
         }
         if (report.waits_only_backward) plan.header.flags |= DASH_PLAN_WAITS_ONLY_BACKWARD;
+        plan.header = bind_header(plan.header, req, false);  // the claim order it would run in (slots)
         const SimResult sim =
             simulate(plan, req.num_ctas, cost, SimOptions{.record_spans = false, .critical_path = false});
         if (sim.deadlocked) continue;  // cannot happen for a validated plan; never choose it
@@ -469,6 +473,14 @@ dash_plan_header bind_header(const dash_plan_header& template_header, const Plan
     h.ticket_group_units = balanced_group_units(h);
   }
   if (nondeterministic_runs_ordered(h, req)) h.flags |= DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED;
+  // A template cut into slots (never the balanced plan's, whose ranks are in claim order) is claimed slot by slot
+  // across groups of units: unit by unit, a slot's successors would be claimed before it ends and their CTAs would
+  // wait. The claim order does not enter the bits.
+  if (h.items_per_slot > 1) {
+    h.flags |= DASH_PLAN_ITEM_MAJOR;
+    h.ticket_group_units = detail::slot_claim_group(h.num_units, h.items_per_unit / h.items_per_slot, h.items_per_slot,
+                                            req.num_ctas);
+  }
   return h;
 }
 
@@ -510,7 +522,11 @@ Fetched fetch_template(const TemplateKey& key, bool allow_filling, int32_t num_c
 
 int32_t fetched_wave(const Fetched& f) { return f.unit ? f.unit->wave : f.layout->wave_bound; }
 const dash_plan_header& fetched_header(const Fetched& f) { return f.unit ? f.unit->plan.header : f.layout->header; }
-int32_t fetched_items_per_unit(const Fetched& f) { return fetched_header(f).items_per_unit; }
+// The items of a unit that run at once: a slot's where its template is cut into slots (each waits for the one before).
+int32_t fetched_concurrent_items(const Fetched& f) {
+  const dash_plan_header& h = fetched_header(f);
+  return h.items_per_slot > 1 ? h.items_per_slot : h.items_per_unit;
+}
 
 // ---- The resolution memo (plan_internal.hpp) ----
 
@@ -595,6 +611,62 @@ void clear_template_cache() {
 }
 
 namespace detail {
+
+// plan_internal.hpp: the group of units whose slots are claimed together (plan_format.h, "Slots") for `units` units
+// of `slots` slots of `width` items each on `ctas` CTAs. A list-scheduling model with slots of equal length: CTAs
+// claim tickets as they free up, and a slot runs (one time step) once its last item is claimed and its unit's
+// previous slot has ended. Groups of fewer than ctas / width units leave CTAs idle while a slot's successor waits for
+// it; past twice that, a unit's later slots queue behind other units' first ones (a model sweep found every best
+// group in between, notes of 2026-12-07). The least makespan, the smallest such group among equals. Times are whole
+// steps, so the free CTAs are counted per step: O(units x slots) per group. bind_header runs on every plan_for, a
+// seen request's too, so the answer is memoised (a few thousand entries at most: the memo is emptied when full).
+int32_t slot_claim_group(int32_t units, int32_t slots, int32_t width, int32_t ctas) {
+  if (units < 1 || width > ctas) return 1;  // no plan to run: the validated wave (a slot) exceeds the CTAs
+  static std::mutex memo_mutex;
+  static std::map<std::array<int32_t, 4>, int32_t> memo;
+  const std::array<int32_t, 4> key{units, slots, width, ctas};
+  {
+    const std::lock_guard<std::mutex> lock(memo_mutex);
+    if (const auto it = memo.find(key); it != memo.end()) return it->second;
+  }
+  const int32_t per_round = std::max(ctas / width, 1);
+  const int32_t steps = units * slots + 1;  // no run is longer than its slots one after another
+  std::vector<int32_t> free_at(size_t(steps) + 1, 0), slot_end(size_t(units), 0);
+  const auto makespan = [&](int32_t group) {
+    std::fill(free_at.begin(), free_at.end(), 0);
+    std::fill(slot_end.begin(), slot_end.end(), 0);
+    free_at[0] = ctas;
+    int32_t earliest = 0, end = 0;
+    for (int32_t first = 0; first < units; first += group)
+      for (int32_t slot = 0; slot < slots; ++slot)
+        for (int32_t u = first; u < std::min(units, first + group); ++u) {
+          int32_t wanted = width, claimed_by = 0;  // the step at which the slot's last item is claimed
+          while (wanted > 0) {
+            while (free_at[size_t(earliest)] == 0) ++earliest;
+            const int32_t take = std::min(wanted, free_at[size_t(earliest)]);
+            free_at[size_t(earliest)] -= take;
+            wanted -= take;
+            claimed_by = earliest;
+          }
+          const int32_t start = std::max(claimed_by, slot_end[size_t(u)]);
+          slot_end[size_t(u)] = start + 1;
+          free_at[size_t(start) + 1] += width;
+          end = std::max(end, start + 1);
+        }
+    return end;
+  };
+  // At most per_round slots run at a time, so no group beats ceil(units x slots / per_round) steps: unit counts that
+  // are a multiple of per_round reach it with a group of per_round and take no search.
+  const int32_t bound = (units * slots + per_round - 1) / per_round;
+  const int32_t smallest = std::min(units, per_round), largest = std::min(units, 2 * per_round);
+  int32_t best = smallest, best_time = makespan(smallest);
+  for (int32_t group = smallest + 1; group <= largest && best_time > bound; ++group)
+    if (const int32_t t = makespan(group); t < best_time) best = group, best_time = t;
+  const std::lock_guard<std::mutex> lock(memo_mutex);
+  if (memo.size() >= 4096) memo.clear();
+  memo.emplace(key, best);
+  return best;
+}
 
 PlanMemoStats plan_memo_stats() {
   PlanMemoStats stats;
@@ -814,7 +886,7 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
         continue;
       }
     } else if (pack_by_items && c.mode == GqaMode::PackGroup) {
-      const int64_t items = int64_t(req.problem.batch) * req.problem.heads_kv * fetched_items_per_unit(fetched);
+      const int64_t items = int64_t(req.problem.batch) * req.problem.heads_kv * fetched_concurrent_items(fetched);
       // The first packed candidate decides for all (run, skipped or deferred): another planner's packed items never
       // outrank the table's split order.
       const PackVerdict verdict = pack_decided ? PackVerdict::Skip : pack_verdict(req, items);
@@ -909,11 +981,14 @@ Plan Plan::from_blob(const uint8_t* data, size_t size) {
     throw Error("plan", "negative table size in header");
   // The claim order decodes tickets with ticket_group_units (a division): a group of at least one unit, and only
   // on the plans that have one (dash_ticket_unit).
-  if ((h.flags & DASH_PLAN_ITEM_MAJOR) ? h.ticket_group_units < 1 || !(h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY)
-                                       : h.ticket_group_units != 0)
+  if ((h.flags & DASH_PLAN_ITEM_MAJOR) ? h.ticket_group_units < 1 : h.ticket_group_units != 0)
     throw Error("plan", "ticket_group_units " + std::to_string(h.ticket_group_units) +
-                            " does not match the flags (DASH_PLAN_ITEM_MAJOR, with DASH_PLAN_NONDETERMINISTIC_ONLY, "
-                            "needs >= 1; otherwise 0)");
+                            " does not match the flags (DASH_PLAN_ITEM_MAJOR needs >= 1; otherwise 0)");
+  // Item by item (no slots) only for the balanced plan, whose ranks are in claim order: a lock-step template's items
+  // wait on each other, so its tickets must stay whole units or whole slots.
+  if ((h.flags & DASH_PLAN_ITEM_MAJOR) && h.items_per_slot <= 1 && !(h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY))
+    throw Error("plan", "DASH_PLAN_ITEM_MAJOR without slots (items_per_slot " + std::to_string(h.items_per_slot) +
+                            ") needs DASH_PLAN_NONDETERMINISTIC_ONLY");
   // Never together (plan_format.h): the ordered adds run only on plans that a deterministic backward accepts.
   if ((h.flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED) && (h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY))
     throw Error("plan", "flags DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED and DASH_PLAN_NONDETERMINISTIC_ONLY together");
@@ -942,10 +1017,13 @@ std::string describe_plan(const Plan& plan, int32_t max_items, int32_t max_q_til
     << h.heads_per_unit << " head(s) each); " << h.items_per_unit << " items, " << h.visits_per_unit
     << " visits per unit\n";
   s << "  tickets        "
-    << ((h.flags & DASH_PLAN_ITEM_MAJOR)
-            ? "item by item across groups of " + std::to_string(h.ticket_group_units) +
-                  " units (each unit's item 0, then item 1, ...; then the next group)"
-            : std::string("unit by unit (all of unit 0's items, then unit 1's, ...)"))
+    << (!(h.flags & DASH_PLAN_ITEM_MAJOR)
+            ? std::string("unit by unit (all of unit 0's items, then unit 1's, ...)")
+        : h.items_per_slot > 1
+            ? "slot by slot across groups of " + std::to_string(h.ticket_group_units) + " units (each unit's " +
+                  std::to_string(h.items_per_slot) + " items of slot 0, then of slot 1, ...; then the next group)"
+            : "item by item across groups of " + std::to_string(h.ticket_group_units) +
+                  " units (each unit's item 0, then item 1, ...; then the next group)")
     << "\n";
   s << "  CTAs           " << h.num_ctas << " launched; its waits need " << h.min_coresident_ctas
     << " of them running at once"

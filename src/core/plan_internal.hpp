@@ -107,6 +107,9 @@ struct PlanMemoStats {
   int64_t resolution_misses = 0;  // plan_for requests resolved in full (and then memoised)
   int64_t resolution_entries = 0;
 };
+// bind_header's group of a template cut into slots: how many units claim their slots together (plan.cpp says how).
+int32_t slot_claim_group(int32_t units, int32_t slots, int32_t width, int32_t ctas);
+
 PlanMemoStats plan_memo_stats();
 
 // false: auto_candidates and plan_for compute everything afresh (the memos are neither read nor written), as before

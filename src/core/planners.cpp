@@ -285,6 +285,7 @@ struct TemplateDraft {
   List<ItemDraft> items; // claim order
   RankRule rank_rule = RankRule::ClaimOrder;
   int32_t rank_spacing = 0;  // dash_plan_header::rank_spacing
+  bool chunked = false;      // chunk_lockstep_items dealt the construction's items to fewer (place_lockstep_visits)
   bool generalised = false;
   std::string note;
 };
@@ -405,6 +406,7 @@ void chunk_lockstep_items(TemplateDraft& t, const char* unit_of_item, Chunking c
                     std::make_move_iterator(t.items[i].segments.end()));
   }
   t.items = std::move(chunked);
+  t.chunked = true;
   t.generalised = true;
   t.note += std::string(t.note.empty() ? "" : "; ") + "up to " + std::to_string(per_item) + " " + unit_of_item +
             " per item, so that a unit has at most " + std::to_string(kMaxLockstepItems) +
@@ -673,27 +675,36 @@ class ItemWalk {
   int32_t taken_ = 0;  // visits of the current run written
 };
 
+// Where the visits of a lock-step template go in the table: those of item i at positions [cuts[k], cuts[k + 1]) from
+// begin[k * W + i] on (W items). A template cut into slots (place_lockstep_visits) has a cut at each slot's first
+// position; an uncut one has the one piece [0, INT32_MAX) per item.
+struct LockstepPlacement {
+  std::vector<int32_t> cuts;
+  std::vector<int32_t> begin;
+};
+
 // Lock-step arrival: the visit at position p of item i arrives at time (p, i), and ranks are handed out in that
 // order; this writes positions [from, to) of every item, ranked. Consecutive arrivals lie an item apart in the visit
 // table (items of equal length a power of two bytes apart, so that a direct walk thrashes a few cache sets): the walk
 // writes the next (up to) kChunk visits of every item still running into one buffer, ranks them there step by step, and
-// copies them out. Each visit is written once, where writing the table and ranking it in place read it back.
-void write_by_arrival(const TemplateDraft& draft, Plan& plan, RankCounter& ranks, int32_t from, int32_t to,
-                      Memory memory) {
+// copies them out to their places. Each visit is written once, where writing the table and ranking it in place read it
+// back. `lengths`: each item's visits.
+void write_by_arrival(const TemplateDraft& draft, const List<int32_t>& lengths, const LockstepPlacement& place,
+                      Plan& plan, RankCounter& ranks, int32_t from, int32_t to, Memory memory) {
   constexpr int32_t kChunk = 32;
   struct Running {
     ItemWalk walk;
-    int32_t begin, length;  // the item's first visit in the table, and its length cut at `to`
+    int32_t item, length;  // the item's index, and its length cut at `to`
+    size_t piece;          // the piece (place.cuts) its next copy starts in
   };
+  const size_t width = lengths.size();
   List<Running> running(memory);  // the items still running, in claim order
-  running.reserve(plan.items.size());
-  for (size_t i = 0; i < plan.items.size(); ++i) {
-    const dash_item& item = plan.items[i];
-    const dash_segment& first = plan.segments[item.first_segment];
-    const dash_segment& last = plan.segments[item.first_segment + item.num_segments - 1];
-    const int32_t item_length = last.first_visit + last.num_visits - first.first_visit;
-    if (item_length > from) running.push_back({ItemWalk(draft.items[i], from), first.first_visit, std::min(item_length, to)});
-  }
+  running.reserve(width);
+  size_t first_piece = 0;
+  while (place.cuts[first_piece + 1] <= from) ++first_piece;
+  for (size_t i = 0; i < width; ++i)
+    if (lengths[i] > from)
+      running.push_back({ItemWalk(draft.items[i], from), int32_t(i), std::min(lengths[i], to), first_piece});
   // Chunks no longer than the longest item: a pack's short items would leave most of a full chunk unused.
   int32_t longest = 0;
   for (const Running& r : running) longest = std::max(longest, r.length);
@@ -710,8 +721,14 @@ void write_by_arrival(const TemplateDraft& draft, Plan& plan, RankCounter& ranks
         if (base + step < running[k].length) buffer[k * chunk + step] = ranks.ranked(buffer[k * chunk + step]);
     size_t kept = 0;
     for (size_t k = 0; k < running.size(); ++k) {
-      const Running& r = running[k];
-      std::copy_n(&buffer[k * chunk], std::min(chunk, r.length - base), &plan.visits[r.begin + base]);
+      Running& r = running[k];
+      for (int32_t at = base, end = std::min(base + chunk, r.length); at < end;) {  // piece by piece
+        while (place.cuts[r.piece + 1] <= at) ++r.piece;
+        const int32_t n = std::min(end, place.cuts[r.piece + 1]) - at;
+        std::copy_n(&buffer[k * chunk + (at - base)], n,
+                    &plan.visits[place.begin[r.piece * width + r.item] + (at - place.cuts[r.piece])]);
+        at += n;
+      }
       if (base + chunk < r.length) running[kept++] = r;
     }
     running.erase(running.begin() + kept, running.end());
@@ -769,7 +786,8 @@ List<uint16_t> arrivals_before(const TemplateDraft& draft, int32_t from, size_t 
 // order. With several threads, each writes a run of whole segments (claim order) or a range of lock-step positions of
 // every item (lock-step arrival); a part's counters start at what the parts before it contribute, so every rank is the
 // one-thread one.
-void fill_visits(const TemplateDraft& draft, const TileGrid& grid, int32_t total, Plan& plan, Memory arena) {
+void fill_visits(const TemplateDraft& draft, const LockstepPlacement& place, const TileGrid& grid, int32_t total,
+                 Plan& plan, Memory arena) {
   const int32_t num_q = grid.num_q_tiles();
   const size_t accumulators = plan.dq_count.size();
   List<const SegmentDraft*> drafts(arena); // table order
@@ -805,18 +823,22 @@ void fill_visits(const TemplateDraft& draft, const TileGrid& grid, int32_t total
     return;
   }
 
+  // Ranks follow arrival along the draft's lock-step items, uncut; `place` says where their visits go (plan.items
+  // may hold them cut into slots).
   List<int32_t> lengths(arena); // per item
-  lengths.reserve(plan.items.size());
-  for (const dash_item& item : plan.items) {
-    const dash_segment& last = plan.segments[item.first_segment + item.num_segments - 1];
-    lengths.push_back(last.first_visit + last.num_visits - plan.segments[item.first_segment].first_visit);
+  lengths.reserve(draft.items.size());
+  for (const ItemDraft& item : draft.items) {
+    int32_t length = 0;
+    for (const SegmentDraft& seg : item.segments)
+      for (const Run& r : seg.order) length += r.count;
+    lengths.push_back(length);
   }
   detail::run_parallel(threads, [&](int part) {
     const int32_t from = detail::first_position_of_part(lengths, part, threads);
     const int32_t to = detail::first_position_of_part(lengths, part + 1, threads);
     if (from >= to) return;
     RankCounter ranks(plan, num_q, arrivals_before(draft, from, accumulators, num_q, memory));
-    write_by_arrival(draft, plan, ranks, from, to, memory);
+    write_by_arrival(draft, lengths, place, plan, ranks, from, to, memory);
   });
 }
 
@@ -913,9 +935,65 @@ struct UnitDraft {
   TileGrid grid;
   TemplateDraft draft;
   Plan plan;        // visits empty; header.visits_per_unit is the table's length
+  LockstepPlacement place;  // a lock-step template's: where fill_visits writes its visits
 };
 
 void UnitDraftDeleter::operator()(UnitDraft* draft) const noexcept { delete draft; }
+
+// Where a lock-step template's visits go (fill_visits): in a chunked template whose items all start a segment at the
+// same lock-step positions, the items are cut there (plan_format.h, "Slots") and listed slot by slot: slot k of
+// items 0 .. W-1, then slot k + 1, with the segment table in that order (the visit table is written in it). The
+// visits and their ranks are the uncut template's, so are the bits. Cut, the CTAs that a last round of whole units
+// would leave idle take other units' slots (bind_header's group). Other templates keep their items, one piece each.
+LockstepPlacement place_lockstep_visits(Plan& plan, bool chunked) {
+  const size_t w = plan.items.size();
+  LockstepPlacement uncut{{0, INT32_MAX}, {}};
+  for (const dash_item& item : plan.items) uncut.begin.push_back(plan.segments[item.first_segment].first_visit);
+  if (!chunked || w < 2) return uncut;
+  std::vector<std::vector<int32_t>> cuts(w);  // per item: visits before each of its segments, then its length
+  for (size_t i = 0; i < w; ++i) {
+    const dash_item& item = plan.items[i];
+    for (int32_t s = 0; s < item.num_segments; ++s)
+      cuts[i].push_back(plan.segments[item.first_segment + s].first_visit - uncut.begin[i]);
+    const dash_segment& last = plan.segments[item.first_segment + item.num_segments - 1];
+    cuts[i].push_back(last.first_visit + last.num_visits - uncut.begin[i]);
+  }
+  std::vector<int32_t> common = cuts[0];  // positions every item has a cut at (the last: every item's length)
+  for (size_t i = 1; i < w; ++i) {
+    std::vector<int32_t> both;
+    std::set_intersection(common.begin(), common.end(), cuts[i].begin(), cuts[i].end(), std::back_inserter(both));
+    common = std::move(both);
+  }
+  if (common.size() < 3 || common.back() != cuts[0].back()) return uncut;  // one slot, or unequal lengths
+  for (size_t i = 1; i < w; ++i)
+    if (cuts[i].back() != common.back()) return uncut;
+  LockstepPlacement place{common, {}};
+  std::vector<dash_item> items;
+  std::vector<dash_segment> segments;
+  segments.reserve(plan.segments.size());
+  int32_t next_visit = 0, max_visits = 0;
+  for (size_t k = 0; k + 1 < common.size(); ++k) {
+    for (size_t i = 0; i < w; ++i) {
+      const auto a = std::lower_bound(cuts[i].begin(), cuts[i].end(), common[k]) - cuts[i].begin();
+      const auto b = std::lower_bound(cuts[i].begin(), cuts[i].end(), common[k + 1]) - cuts[i].begin();
+      items.push_back({int32_t(segments.size()), int32_t(b - a)});
+      place.begin.push_back(next_visit);
+      for (auto s = a; s < b; ++s) {
+        dash_segment seg = plan.segments[size_t(plan.items[i].first_segment + s)];
+        seg.first_visit = next_visit;
+        next_visit += seg.num_visits;
+        segments.push_back(seg);
+      }
+      max_visits = std::max(max_visits, common[k + 1] - common[k]);
+    }
+  }
+  plan.items = std::move(items);
+  plan.segments = std::move(segments);
+  plan.header.items_per_unit = int32_t(plan.items.size());
+  plan.header.items_per_slot = int32_t(w);
+  plan.header.max_visits_per_item = max_visits;
+  return place;
+}
 
 UnitDraftPtr draft_unit(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode, int32_t num_ctas) {
   if (is_auto(gqa_mode)) throw Error("gqa_mode", "auto is a request for build_plan, which resolves it");
@@ -959,6 +1037,7 @@ UnitDraftPtr draft_unit(const Problem& problem, Planner planner, TileShape tiles
   h.visits_per_unit = lay_out(draft, grid.num_q_tiles(), heads_per_unit, plan, arena);
   h.items_per_unit = int32_t(plan.items.size());
   h.segments_per_unit = int32_t(plan.segments.size());
+  if (draft.rank_rule == RankRule::LockstepArrival) out->place = place_lockstep_visits(plan, draft.chunked);
   plan.group_head_by_rank.resize(group);
   std::iota(plan.group_head_by_rank.begin(), plan.group_head_by_rank.end(), uint8_t(0));
   plan.note = draft.note;
@@ -969,13 +1048,18 @@ const Plan& drafted_layout(const UnitDraft& draft) { return draft.plan; }
 
 // Claim-order ranks make every wait target the same or an earlier item (an accumulator's previous visit comes earlier
 // in the table), so no co-residency is needed; lock-step ranks make items wait on items of their own unit only (the
-// accumulators are a unit's), whose tickets are consecutive: at most a unit's items need to run at once.
+// accumulators are a unit's), whose tickets are consecutive: at most a unit's items need to run at once; in a
+// template cut into slots, a slot's (a visit waits on the same or an earlier lock-step position, so on its own slot's
+// items or an earlier slot's).
 int32_t drafted_wave_bound(const UnitDraft& draft) {
-  return draft.draft.rank_rule == RankRule::ClaimOrder ? 1 : std::max(draft.plan.header.items_per_unit, 1);
+  const dash_plan_header& h = draft.plan.header;
+  if (draft.draft.rank_rule == RankRule::ClaimOrder) return 1;
+  return std::max(h.items_per_slot > 1 ? h.items_per_slot : h.items_per_unit, 1);
 }
 
 Plan fill_unit(UnitDraftPtr draft) {
-  fill_visits(draft->draft, draft->grid, draft->plan.header.visits_per_unit, draft->plan, draft->arena.get());
+  fill_visits(draft->draft, draft->place, draft->grid, draft->plan.header.visits_per_unit, draft->plan,
+              draft->arena.get());
   return std::move(draft->plan);
 }
 

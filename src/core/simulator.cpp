@@ -437,7 +437,8 @@ class Simulation {
         for (int32_t v = seg.first_visit; v < seg.first_visit + seg.num_visits; ++v) {
           const dash_visit& other = plan_.visits[v];
           if (other.q_tile == like.q_tile && other.head_in_unit == like.head_in_unit && other.dq_rank == rank)
-            return dash_ticket_of(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, unit, i);
+            return dash_ticket_of(h_.flags, h_.ticket_group_units, h_.items_per_slot, h_.num_units, h_.items_per_unit,
+                                  unit, i);
         }
       }
     }
@@ -535,10 +536,12 @@ class Simulation {
 
   // A ticket's unit and item in the plan's claim order (plan_format.h's one definition).
   int32_t unit_of(int64_t ticket) const {
-    return dash_ticket_unit(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, int32_t(ticket));
+    return dash_ticket_unit(h_.flags, h_.ticket_group_units, h_.items_per_slot, h_.num_units, h_.items_per_unit,
+                            int32_t(ticket));
   }
   int32_t item_of(int64_t ticket) const {
-    return dash_ticket_item(h_.flags, h_.ticket_group_units, h_.num_units, h_.items_per_unit, int32_t(ticket));
+    return dash_ticket_item(h_.flags, h_.ticket_group_units, h_.items_per_slot, h_.num_units, h_.items_per_unit,
+                            int32_t(ticket));
   }
 
   const Plan& plan_;

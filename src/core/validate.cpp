@@ -91,6 +91,8 @@ void check_structure(const Plan& plan) {
   if (next_segment != h.segments_per_unit) fail("segments not covered by items");
   if (next_visit != h.visits_per_unit) fail("visits not covered by segments");
   if (h.max_visits_per_item != max_visits) fail("max_visits_per_item is ", h.max_visits_per_item, ", not ", max_visits);
+  if (h.items_per_slot < 0 || h.items_per_slot == 1 || (h.items_per_slot > 1 && h.items_per_unit % h.items_per_slot))
+    fail("items_per_slot ", h.items_per_slot, " is neither 0 nor a divisor > 1 of items_per_unit ", h.items_per_unit);
 }
 
 // (1), per visit: Q tile and head in range. Coverage (2) rejects every visit this rejects, so that this runs only when
@@ -300,6 +302,17 @@ Waits waves(std::span<const int32_t> reach) {
   return w;
 }
 
+// (5) for a template cut into slots: claimed slot by slot across a group of units (DASH_PLAN_ITEM_MAJOR), only a
+// slot's items have consecutive tickets, so no wait may reach past the waiter's slot (plan_format.h, "Slots").
+Waits slot_waves(const Plan& plan, std::span<const int32_t> reach) {
+  const int32_t per_slot = plan.header.items_per_slot;
+  if (per_slot > 1)
+    for (int32_t i = 0; i < int32_t(reach.size()); ++i)
+      if (reach[i] / per_slot != i / per_slot)
+        fail("item ", i, " (slot ", i / per_slot, ") waits on item ", reach[i], " of a later slot");
+  return waves(reach);
+}
+
 // (3)-(5) at once for ranks in lock-step arrival order (docs/DEADLOCK.md): walking the visits by (position in
 // item, item), each must carry the next rank of its accumulator (coverage has checked that the FIRST / LAST flags
 // agree with the ranks). Then the ranks are total orders, that walk is a topological order of the wait graph, and
@@ -328,9 +341,10 @@ struct Part {
   bool in_order = true;
 };
 
-// Walks positions [from, to) of every item (begin: each item's first visit, and the table's end). A plain function
-// of plain locals, as cover_segment.
-void walk(const Plan& plan, std::span<const int32_t> begin, int32_t from, int32_t to, Part& p) {
+// Walks positions [from, to) of items [first_item, end_item) (begin: each item's first visit, and the table's end). A
+// plain function of plain locals, as cover_segment.
+void walk(const Plan& plan, std::span<const int32_t> begin, int32_t first_item, int32_t end_item, int32_t from,
+          int32_t to, Part& p) {
   constexpr int32_t kChunk = 32;
   const int64_t nq = plan.header.num_q_tiles;
   const int32_t num_items = int32_t(plan.items.size());
@@ -347,8 +361,8 @@ void walk(const Plan& plan, std::span<const int32_t> begin, int32_t from, int32_
   const Memory memory = p.tally.get_allocator().resource();  // the part's
   List<Running> running(memory);
   running.reserve(size_t(num_items));
-  for (int32_t i = 0; i < num_items; ++i) {
-    reach[i] = i;
+  std::iota(reach, reach + num_items, 0);
+  for (int32_t i = first_item; i < end_item; ++i) {
     const int32_t length = begin[i + 1] - begin[i];
     if (from < to && length > from) running.push_back({i, std::min(length, to)});
   }
@@ -409,36 +423,61 @@ std::optional<List<int32_t>> merged_arrival(arrival::Part& p, size_t accumulator
   return std::move(p.reach);
 }
 
+// A template cut into slots lists them one after another (plan_format.h, "Slots"): the walk goes slot by slot, each
+// slot's ranks continuing the slots' before it, so an accumulator's earlier slots are waited for, never later ones.
+// An uncut template is one slot.
 std::optional<List<int32_t>> ranked_by_arrival(const Plan& plan, Memory memory) {
   const int32_t num_items = int32_t(plan.items.size());
+  const int32_t per_slot = plan.header.items_per_slot > 1 ? plan.header.items_per_slot : num_items;
+  const int32_t slots = per_slot > 0 ? num_items / per_slot : 1;
   const size_t accumulators = plan.dq_count.size();
   const List<int32_t> begin = item_begins(plan, memory);
   List<int32_t> lengths(size_t(num_items), memory);
   for (int32_t i = 0; i < num_items; ++i) lengths[i] = begin[i + 1] - begin[i];
-  const int parts = detail::planner_threads(plan.header.visits_per_unit);
+  // The threads take whole slots where there are enough of them, else each slot's positions in parts: one dispatch
+  // per batch of slots, its walks merged in (slot, part) order.
+  const int threads = detail::planner_threads(plan.header.visits_per_unit);
+  const int parts_per_slot = slots >= threads ? 1 : threads / slots;
+  const int slots_per_batch = slots >= threads ? threads : slots;
+  const int tasks = slots_per_batch * parts_per_slot;
   List<arrival::Part> part_of(memory);
-  part_of.reserve(size_t(parts));
-  for (int part = 0; part < parts; ++part) part_of.emplace_back(part_memory(memory, parts));
-  detail::run_parallel(parts, [&](int part) {
-    arrival::walk(plan, begin, detail::first_position_of_part(lengths, part, parts),
-                  detail::first_position_of_part(lengths, part + 1, parts), part_of[part]);
-  });
+  part_of.reserve(size_t(tasks));
+  for (int task = 0; task < tasks; ++task) part_of.emplace_back(part_memory(memory, tasks));
+  const auto walk_batch = [&](int32_t first_slot, int batch_tasks) {
+    detail::run_parallel(batch_tasks, [&](int task) {
+      const int32_t first = (first_slot + task / parts_per_slot) * per_slot;
+      const int part = task % parts_per_slot;
+      const std::span<const int32_t> slot_lengths(lengths.data() + first, size_t(per_slot));
+      arrival::walk(plan, begin, first, first + per_slot,
+                    detail::first_position_of_part(slot_lengths, part, parts_per_slot),
+                    detail::first_position_of_part(slot_lengths, part + 1, parts_per_slot), part_of[task]);
+    });
+  };
 
-  if (parts == 1) return merged_arrival(part_of[0], accumulators);
+  if (tasks == 1 && slots <= 1) {
+    walk_batch(0, 1);
+    return merged_arrival(part_of[0], accumulators);
+  }
   List<int32_t> reach(size_t(num_items), memory), next_rank(accumulators, 0, memory),
       last_item(accumulators, -1, memory);
   std::iota(reach.begin(), reach.end(), 0);
-  for (const arrival::Part& p : part_of) {
-    if (!p.in_order) return std::nullopt;
-    for (int32_t i = 0; i < num_items; ++i) reach[i] = std::max(reach[i], p.reach[i]);
-    for (size_t a = 0; a < accumulators; ++a) {
-      const arrival::Tally& t = p.tally[a];
-      if (t.next_rank < 0) continue;
-      const arrival::First& first = p.first[a];
-      if (first.rank != next_rank[a]) return std::nullopt;
-      if (last_item[a] > first.item) reach[first.item] = std::max(reach[first.item], last_item[a]);
-      next_rank[a] = t.next_rank;
-      last_item[a] = t.last_item;
+  for (int32_t first_slot = 0; first_slot < slots; first_slot += slots_per_batch) {
+    const int batch_slots = std::min<int32_t>(slots_per_batch, slots - first_slot);
+    walk_batch(first_slot, batch_slots * parts_per_slot);
+    for (int task = 0; task < batch_slots * parts_per_slot; ++task) {
+      const arrival::Part& p = part_of[task];
+      if (!p.in_order) return std::nullopt;
+      const int32_t first = (first_slot + task / parts_per_slot) * per_slot;
+      for (int32_t i = first; i < first + per_slot; ++i) reach[i] = std::max(reach[i], p.reach[i]);
+      for (size_t a = 0; a < accumulators; ++a) {
+        const arrival::Tally& t = p.tally[a];
+        if (t.next_rank < 0) continue;
+        const arrival::First& first_visit = p.first[a];
+        if (first_visit.rank != next_rank[a]) return std::nullopt;
+        if (last_item[a] > first_visit.item) reach[first_visit.item] = std::max(reach[first_visit.item], last_item[a]);
+        next_rank[a] = t.next_rank;
+        last_item[a] = t.last_item;
+      }
     }
   }
   return reach;
@@ -525,8 +564,8 @@ Waits check_orders_and_waits(const Plan& plan, const Coverage& coverage, Memory 
   // Claim order is a topological order in which every wait targets an earlier visit, so an earlier ticket.
   if (coverage.ranked_in_claim_order) return {};
   if (coverage.flags_agree)
-    if (const auto reach = ranked_by_arrival(plan, memory)) return waves(*reach);
-  return waves(check_acyclic(plan, check_ranks(plan)));
+    if (const auto reach = ranked_by_arrival(plan, memory)) return slot_waves(plan, *reach);
+  return slot_waves(plan, check_acyclic(plan, check_ranks(plan)));
 }
 
 } // namespace

@@ -11,6 +11,7 @@
 
 #include "dash/plan.hpp"
 #include "dash/simulator.hpp"
+#include "test_plans.hpp"
 #include "test_problems.hpp"
 
 namespace {
@@ -134,11 +135,13 @@ TEST(Planners, AscendingAndDescendingNeedNoCoResidency) {
 
 TEST(Planners, LockstepPlansNeedTheirWaveCoResidentAndSaySo) {
   // 128 KV tiles per head (16k, 128-row tiles): shift runs 8 KV tiles per item and symmetric shift 4 pairs, so that a
-  // unit has 16 items in lock-step, and its wave is the unit's 16 items.
+  // unit has 16 items in lock-step. Under the full mask every segment is as long, so the items are cut into 8 slots
+  // of 16 (plan_format.h, "Slots"), and the wave is a slot's 16 items.
   const auto p = make_problem(16384, 16384, dash::Mask::Full, 16, 16);
   for (Planner planner : {Planner::Shift, Planner::SymmetricShift}) {
     const dash::Plan plan = named(p, planner, {128, 128}, 132);
-    EXPECT_EQ(plan.header.items_per_unit, 16) << dash::planner_name(planner);
+    EXPECT_EQ(plan.header.items_per_slot, 16) << dash::planner_name(planner);
+    EXPECT_EQ(plan.header.items_per_unit, 8 * 16) << dash::planner_name(planner);
     EXPECT_EQ(plan.header.min_coresident_ctas, 16) << dash::planner_name(planner);
     EXPECT_NE(plan.note.find("per item"), std::string::npos) << plan.note;
     EXPECT_TRUE(plan.header.flags & DASH_PLAN_GENERALISED);
@@ -157,11 +160,10 @@ TEST(Planners, LockstepPlansNeedTheirWaveCoResidentAndSaySo) {
 // consecutive ranks; INT_MAX where no accumulator has two. In lock-step every item moves one position per step.
 int smallest_rank_spacing(const dash::Plan& plan) {
   std::map<std::pair<int, int>, std::map<int, int>> position;  // (head_in_unit, q_tile) -> rank -> position
-  for (const dash_item& item : plan.items) {
+  for (const std::vector<int32_t>& item : dash::test::lockstep_items(plan)) {
     int at = 0;
-    for (int s = item.first_segment; s < item.first_segment + item.num_segments; ++s)
-      for (int v = plan.segments[s].first_visit; v < plan.segments[s].first_visit + plan.segments[s].num_visits; ++v)
-        position[{plan.visits[v].head_in_unit, plan.visits[v].q_tile}][plan.visits[v].dq_rank] = at++;
+    for (const int32_t v : item)
+      position[{plan.visits[v].head_in_unit, plan.visits[v].q_tile}][plan.visits[v].dq_rank] = at++;
   }
   int smallest = INT_MAX;
   for (const auto& [accumulator, by_rank] : position)
@@ -402,11 +404,13 @@ TEST(Planners, AutoNondeterministicGqaPacksWhereThePackedItemsFillTheCtas) {
                               std::to_string(c.heads_q) + "/" + std::to_string(c.heads_kv) + ": " + plan.note;
     EXPECT_EQ(plan.gqa_mode(), c.expected) << label;
     EXPECT_TRUE(plan.header.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) << label;
-    EXPECT_FALSE(plan.header.flags & DASH_PLAN_ITEM_MAJOR) << label;
-    // The rule, recomputed from the plan that packing would give: its items against the CTAs.
+    // Claimed slot by slot where the template is cut into slots (plan_format.h), else unit by unit.
+    EXPECT_EQ(bool(plan.header.flags & DASH_PLAN_ITEM_MAJOR), plan.header.items_per_slot > 1) << label;
+    // The rule, recomputed from the plan that packing would give: its items against the CTAs (a slot's items where
+    // it is cut: the later slots wait for them).
     const dash::Plan packed =
         dash::build_plan({p, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::PackGroup, nullptr});
-    const int64_t packed_items = int64_t(c.batch) * c.heads_kv * packed.header.items_per_unit;
+    const int64_t packed_items = int64_t(c.batch) * c.heads_kv * dash::test::lockstep_items(packed).size();
     EXPECT_EQ(packed_items >= 132, c.expected == dash::GqaMode::PackGroup) << label << "; " << packed_items;
     // The same problem under DASH_GQA_AUTO: the table's mode, and no flag.
     const dash::Plan table =
@@ -468,10 +472,10 @@ TEST(Planners, BalancedNondeterministicPlanClaimsEachGroupsLongestItemsFirst) {
     int32_t previous = INT32_MAX;
     std::vector<int> seen(size_t(h.num_units) * size_t(items), 0);
     for (int32_t t = 0; t < h.num_units * items; ++t) {
-      const int32_t unit = dash_ticket_unit(h.flags, g, h.num_units, items, t);
-      const int32_t item = dash_ticket_item(h.flags, g, h.num_units, items, t);
+      const int32_t unit = dash_ticket_unit(h.flags, g, h.items_per_slot, h.num_units, items, t);
+      const int32_t item = dash_ticket_item(h.flags, g, h.items_per_slot, h.num_units, items, t);
       ASSERT_TRUE(unit >= 0 && unit < h.num_units && item >= 0 && item < items) << label << ", ticket " << t;
-      ASSERT_EQ(dash_ticket_of(h.flags, g, h.num_units, items, unit, item), t) << label;
+      ASSERT_EQ(dash_ticket_of(h.flags, g, h.items_per_slot, h.num_units, items, unit, item), t) << label;
       ASSERT_EQ(unit / g, t / (g * items)) << label << ": ticket " << t << " outside its unit's group";
       ++seen[size_t(unit) * size_t(items) + size_t(item)];
       if (t % (g * items) == 0) previous = INT32_MAX;  // a new group
@@ -605,7 +609,8 @@ TEST(Planners, BlobRoundTripsAndRejectsCorruption) {
     return b;
   };
   const uint32_t item_major = DASH_PLAN_ITEM_MAJOR | DASH_PLAN_NONDETERMINISTIC_ONLY;
-  for (const auto& bad : {set_order(item_major, 0), set_order(DASH_PLAN_ITEM_MAJOR, 4), set_order(0, 4)}) {
+  // (Item by item without DASH_PLAN_NONDETERMINISTIC_ONLY: test_slots.cpp.)
+  for (const auto& bad : {set_order(item_major, 0), set_order(0, 4)}) {
     try {
       dash::Plan::from_blob(bad.data(), bad.size());
       ADD_FAILURE() << "accepted a bad ticket order";

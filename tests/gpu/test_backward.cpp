@@ -303,7 +303,8 @@ void expect_order_matches_plan(BwdRun& r) {
   const int G = c.heads_q / c.heads_kv;
   for (int unit = 0; unit < h.num_units; ++unit) {
     for (int item = 0; item < h.items_per_unit; ++item) {
-      const int64_t ticket = dash_ticket_of(h.flags, h.ticket_group_units, h.num_units, h.items_per_unit, unit, item);
+      const int64_t ticket =
+          dash_ticket_of(h.flags, h.ticket_group_units, h.items_per_slot, h.num_units, h.items_per_unit, unit, item);
       const dash_item& it = plan.items[item];
       for (int s = it.first_segment; s < it.first_segment + it.num_segments; ++s) {
         const dash_segment& seg = plan.segments[s];
@@ -454,6 +455,11 @@ std::vector<ScheduleParam> schedule_params() {
   // Head dim 64, causal, 36 KV tiles (18 pairs, 2 per item): symmetric shift deals its pairs out in blocks and spaces
   // its dQ chains 2 visits apart, so the deterministic mode runs the staggered kernel here too.
   out.push_back({{1, 1, 1, 4608, 4608, 64, DASH_MASK_CAUSAL}, "symmetric-shift", DASH_GQA_SPLIT_HEADS});
+  // Templates cut into slots (plan_format.h, "Slots"), claimed slot by slot across a group of units: 6 units of 2
+  // slots of 9 items (the blocks above), and split-head GQA (dK/dV adds in group order across units) at head dim 128,
+  // 32 KV tiles dealt 2 per item under the full mask (2 slots of 16).
+  out.push_back({{1, 6, 6, 4608, 4608, 64, DASH_MASK_CAUSAL}, "symmetric-shift", DASH_GQA_SPLIT_HEADS});
+  out.push_back({{1, 4, 2, 4096, 4096, 128, DASH_MASK_FULL}, "shift", DASH_GQA_SPLIT_HEADS});
   return out;
 }
 

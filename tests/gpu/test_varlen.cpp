@@ -480,7 +480,9 @@ TEST(VarlenGpuOrder, ExecutedDqOrderIsThePlans) {
   ASSERT_EQ(dash_usable_sms(&sms), DASH_OK);
   for (const PackCase& pc : {PackCase{"order_causal", {300, 1, 129, 0, 77}, {300, 1, 129, 40, 200}, 4, 2, 128,
                                       DASH_MASK_CAUSAL},
-                             PackCase{"order_full", {200, 64, 3}, {130, 64, 257}, 4, 1, 64, DASH_MASK_FULL}}) {
+                             PackCase{"order_full", {200, 64, 3}, {130, 64, 257}, 4, 1, 64, DASH_MASK_FULL},
+                             // symmetric shift cuts the 4608-token sequence's template into slots (plan_format.h)
+                             PackCase{"order_slots", {4608, 100}, {4608, 100}, 4, 2, 64, DASH_MASK_CAUSAL}}) {
     const HostPack h(pc, 21);
     DevicePack d(h);
     ASSERT_EQ(d.create_pack(), "");
@@ -510,10 +512,14 @@ TEST(VarlenGpuOrder, ExecutedDqOrderIsThePlans) {
           const dash_plan_header& th = bound.header;
           for (int64_t local = 0; local < int64_t(th.num_units) * th.items_per_unit; ++local) {
             const int64_t ticket = seq.ticket_begin + local;
-            const dash_unit_coords unit =
-                dash_unit_coords_from(th.gqa_mode, h.c.heads_q, h.c.heads_kv, G, t.group_head_by_rank.data(),
-                                      int32_t(local / th.items_per_unit));
-            const dash_item& item = t.items[size_t(local % th.items_per_unit)];
+            // The template's claim order (slot by slot across the sequence's units where it is cut into slots).
+            const int32_t in_unit = dash_ticket_item(th.flags, th.ticket_group_units, th.items_per_slot,
+                                                     th.num_units, th.items_per_unit, int32_t(local));
+            const dash_unit_coords unit = dash_unit_coords_from(
+                th.gqa_mode, h.c.heads_q, h.c.heads_kv, G, t.group_head_by_rank.data(),
+                dash_ticket_unit(th.flags, th.ticket_group_units, th.items_per_slot, th.num_units, th.items_per_unit,
+                                 int32_t(local)));
+            const dash_item& item = t.items[size_t(in_unit)];
             for (int sg = item.first_segment; sg < item.first_segment + item.num_segments; ++sg) {
               const dash_segment& segment = t.segments[size_t(sg)];
               for (int vi = segment.first_visit; vi < segment.first_visit + segment.num_visits; ++vi) {

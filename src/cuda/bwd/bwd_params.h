@@ -39,7 +39,29 @@ struct BwdTemplate {
   int32_t gqa_mode;   // dash_gqa_mode
   int32_t split_dkv;  // SPLIT_HEADS with group_size > 1
   int32_t num_q_tiles;  // of the template's sequence shape
+  // Its tickets' claim order (dash_ticket_unit / dash_ticket_item), from its bound header: DASH_PLAN_ITEM_MAJOR or 0,
+  // ticket_group_units, items_per_slot and num_units (a pack's: one sequence's units).
+  uint32_t claim_flags;
+  int32_t ticket_group_units, items_per_slot, num_units;
 };
+
+// A template's tables in a device blob laid out as `blob_header` says, bound as `bound` says.
+inline BwdTemplate bwd_template_of(const uint8_t* blob, const dash_plan_header& blob_header,
+                                   const dash_plan_header& bound) {
+  return BwdTemplate{reinterpret_cast<const dash_item*>(blob + blob_header.items_offset),
+                     reinterpret_cast<const dash_segment*>(blob + blob_header.segments_offset),
+                     reinterpret_cast<const dash_visit*>(blob + blob_header.visits_offset),
+                     reinterpret_cast<const uint16_t*>(blob + blob_header.dq_count_offset),
+                     blob + blob_header.group_head_by_rank_offset,
+                     bound.items_per_unit,
+                     bound.gqa_mode,
+                     dash_plan_splits_dkv(&bound),
+                     bound.num_q_tiles,
+                     bound.flags & DASH_PLAN_ITEM_MAJOR,
+                     bound.ticket_group_units,
+                     bound.items_per_slot,
+                     bound.num_units};
+}
 
 // Everything the three backward kernels (preprocess, main, convert) read. Pointers to the plan tables
 // point into the device copy of the plan blob.
@@ -56,9 +78,6 @@ struct BwdParams {
   // Plan (device copy of the blob): a fixed-length plan's one unit template (varlen: `templates` below instead).
   BwdTemplate fixed;
   int32_t num_tickets;
-  int32_t num_units;    // of the fixed-length plan (its tickets: dash_ticket_unit / dash_ticket_item)
-  int32_t ticket_group_units;  // its header's (DASH_PLAN_ITEM_MAJOR)
-  int32_t plan_flags;   // dash_plan_flags
   int32_t num_q_tiles, num_kv_tiles;
 
   // Modes.

@@ -53,20 +53,9 @@ BwdParams make_params(const dash_bwd_args& a, const dash_plan_s& plan, bool orde
     params.total_q = varlen->total_q;
   } else {
     const uint8_t* blob = static_cast<const uint8_t*>(plan.device_template->device_blob);
-    params.fixed = BwdTemplate{reinterpret_cast<const dash_item*>(blob + h.items_offset),
-                               reinterpret_cast<const dash_segment*>(blob + h.segments_offset),
-                               reinterpret_cast<const dash_visit*>(blob + h.visits_offset),
-                               reinterpret_cast<const uint16_t*>(blob + h.dq_count_offset),
-                               blob + h.group_head_by_rank_offset,
-                               h.items_per_unit,
-                               h.gqa_mode,
-                               dash_plan_splits_dkv(&h),
-                               h.num_q_tiles};
+    params.fixed = bwd_template_of(blob, h, h);
   }
   params.num_tickets = int32_t(int64_t(h.num_units) * h.items_per_unit);
-  params.num_units = h.num_units;
-  params.ticket_group_units = h.ticket_group_units;
-  params.plan_flags = int32_t(h.flags);
   params.num_q_tiles = h.num_q_tiles;
   params.num_kv_tiles = h.num_kv_tiles;
   params.ordered = ordered;

@@ -783,17 +783,8 @@ dash_status dash_plan_create_varlen(dash_pack_t pack, const char* schedule, int3
   for (const dash::BoundPlan& bound : vp.templates) {
     std::shared_ptr<const dash::kernels::bwd::DeviceTemplate> t;
     if (dash_status s = dash::kernels::bwd::device_cache().get(bound.unit, device, t); s != DASH_OK) return s;
-    const dash_plan_header& o = t->blob_header;
-    const uint8_t* blob = static_cast<const uint8_t*>(t->device_blob);
-    templates.push_back(BwdTemplate{reinterpret_cast<const dash_item*>(blob + o.items_offset),
-                                    reinterpret_cast<const dash_segment*>(blob + o.segments_offset),
-                                    reinterpret_cast<const dash_visit*>(blob + o.visits_offset),
-                                    reinterpret_cast<const uint16_t*>(blob + o.dq_count_offset),
-                                    blob + o.group_head_by_rank_offset,
-                                    bound.header.items_per_unit,
-                                    bound.header.gqa_mode,
-                                    dash_plan_splits_dkv(&bound.header),
-                                    bound.header.num_q_tiles});
+    templates.push_back(dash::kernels::bwd::bwd_template_of(static_cast<const uint8_t*>(t->device_blob),
+                                                            t->blob_header, bound.header));
     state->templates.push_back(std::move(t));
   }
   auto align = [](size_t n) { return (n + 15) / 16 * 16; };

@@ -14,17 +14,20 @@ import torch
 
 import dash_attn
 
-# (batch, seqlen, heads, causal, schedule): chunked lock-step templates (more KV tiles than 16 items) and odd unit counts
+# (batch, seqlen, heads, causal, schedule[, head dim]): chunked lock-step templates (more KV tiles than 16 items) and
+# odd unit counts
 SHAPES = [(1, 16384, 28, True, "symmetric-shift"), (1, 16384, 20, True, "symmetric-shift"),
           (2, 8192, 32, True, "symmetric-shift"), (1, 8192, 12, False, "shift"), (3, 4608, 5, True, "symmetric-shift"),
           (1, 6000, 7, False, "shift"), (1, 16384, 28, True, "auto")]
 if os.environ.get("SLOT_CHECK_SHAPES"):  # the first N (a short call)
     SHAPES = SHAPES[:int(os.environ["SLOT_CHECK_SHAPES"])]
+if os.environ.get("SLOT_CHECK_D128"):  # the landed library has every head dim's kernels
+    SHAPES += [(2, 8192, 16, True, "auto", 128), (4, 4096, 16, False, "auto", 128), (1, 8192, 20, True, "auto", 128)]
 
 
-def grads(b, s, h, causal, schedule):
+def grads(b, s, h, causal, schedule, d=64):
     g = torch.Generator(device="cpu").manual_seed(s * 31 + h)
-    q, k, v, do = (torch.randn(b, s, h, 64, generator=g).to("cuda", torch.bfloat16) for _ in range(4))
+    q, k, v, do = (torch.randn(b, s, h, d, generator=g).to("cuda", torch.bfloat16) for _ in range(4))
     q, k, v = (t.requires_grad_(True) for t in (q, k, v))
     out = dash_attn.attention(q, k, v, causal=causal, schedule=schedule, deterministic=True)
     out.backward(do)

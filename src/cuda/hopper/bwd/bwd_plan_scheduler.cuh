@@ -62,7 +62,7 @@ struct PlanScheduler {
     if (ticket >= p.num_tickets) return false;
     work.ticket = ticket;
     if (p.sequences == nullptr) {
-      decode(p.fixed, ticket, uint32_t(p.plan_flags), p.ticket_group_units, p.num_units, work);
+      decode(p.fixed, ticket, work);
       work.seqlen_q = p.mask.seqlen_q;
       work.seqlen_k = p.mask.seqlen_k;
       work.q_row = work.k_row = work.q_tile_begin = work.kv_tile_begin = 0;
@@ -71,8 +71,7 @@ struct PlanScheduler {
     // Varlen: the sequence owning the ticket, then its template's item as for a batch-1 problem.
     const dash_pack_sequence& seq = p.sequences[pack_position<&dash_pack_sequence::ticket_begin>(
         p.sequences, p.ticket_chunks, p.num_sequences, ticket)];
-    // A pack's templates claim unit by unit (DASH_PLAN_ITEM_MAJOR is never set there); num_units is not read.
-    decode(p.templates[seq.template_index], ticket - seq.ticket_begin, 0u, 0, 0, work);
+    decode(p.templates[seq.template_index], ticket - seq.ticket_begin, work);
     work.seqlen_q = seq.seqlen_q;
     work.seqlen_k = seq.seqlen_k;
     work.q_row = seq.q_row;
@@ -82,13 +81,15 @@ struct PlanScheduler {
     return true;
   }
 
-  // Ticket `local` of template t (counted from the template's first), claimed in the order plan_flags and group
-  // (ticket_group_units) say among num_units units: its item and its unit's coordinates.
-  __device__ __forceinline__ void decode(const kernels::bwd::BwdTemplate& t, int local, uint32_t plan_flags,
-                                         int group, int num_units, TicketWork& work) const {
-    work.item = t.items[dash_ticket_item(plan_flags, group, num_units, t.items_per_unit, local)];
+  // Ticket `local` of template t (counted from the template's first), claimed in the template's order (a pack's
+  // templates too: each sequence's units slot by slot where its template is cut into slots): its item and its unit's
+  // coordinates.
+  __device__ __forceinline__ void decode(const kernels::bwd::BwdTemplate& t, int local, TicketWork& work) const {
+    work.item = t.items[dash_ticket_item(t.claim_flags, t.ticket_group_units, t.items_per_slot, t.num_units,
+                                         t.items_per_unit, local)];
     work.unit = dash_unit_coords_from(t.gqa_mode, p.heads_q, p.heads_kv, p.group_size, t.group_head_by_rank,
-                                      dash_ticket_unit(plan_flags, group, num_units, t.items_per_unit, local));
+                                      dash_ticket_unit(t.claim_flags, t.ticket_group_units, t.items_per_slot,
+                                                       t.num_units, t.items_per_unit, local));
     work.segments = t.segments;
     work.visits = t.visits;
     work.gqa_mode = t.gqa_mode;
