@@ -104,8 +104,7 @@ std::pair<dash::Plan, std::string> chosen_plan(const Shape& s, int32_t ctas, con
                                                dash::Schedule::Kind kind) {
   dash::PlanRequest req{s.problem, {kind, dash::Planner::Ascending}, ctas, s.tiles, s.gqa, &cost};
   dash::Plan plan = dash::build_plan(req);
-  const bool balanced = (plan.header.flags & DASH_PLAN_ITEM_MAJOR) && plan.header.items_per_slot <= 1;
-  std::string name = std::string(balanced ? "balanced " : "") +
+  std::string name = std::string(dash::claimed_item_by_item(plan.header) ? "balanced " : "") +
                      dash::planner_name(plan.planner());
   if (dash::is_auto(s.gqa)) name += " (gqa " + std::string(dash::gqa_mode_name(plan.gqa_mode())) + ")";
   return {std::move(plan), std::move(name)};

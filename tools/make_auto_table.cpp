@@ -150,9 +150,7 @@ std::string rank_row(const Problem& shape) {
     for (Planner planner : dash::all_planners()) {
       const Plan unit = dash::build_unvalidated(shape, planner, tiles, mode, kCtas);
       // The items that run at once: a slot's where the template is cut into slots (plan_format.h).
-      const int32_t concurrent =
-          unit.header.items_per_slot > 1 ? unit.header.items_per_slot : unit.header.items_per_unit;
-      if (mode == modes.back()) fewest_items = std::min<int64_t>(fewest_items, concurrent);
+      if (mode == modes.back()) fewest_items = std::min<int64_t>(fewest_items, dash::slot_items(unit.header));
       built.push_back({{mode, planner}, dash::validate_plan(unit, kCtas)});
     }
   }

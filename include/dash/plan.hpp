@@ -153,6 +153,17 @@ struct Plan {
   static Plan from_blob(const uint8_t* data, size_t size);
 };
 
+// The items of a unit that run side by side (a lock-step wave at most): one slot's where the template is cut into
+// slots (dash/plan_format.h, "Slots"), else all of them.
+inline int32_t slot_items(const dash_plan_header& h) {
+  return h.items_per_slot > 1 ? h.items_per_slot : h.items_per_unit;
+}
+// Whether the tickets go item by item across groups of units (the balanced non-deterministic plan), as opposed to
+// unit by unit or slot by slot.
+inline bool claimed_item_by_item(const dash_plan_header& h) {
+  return (h.flags & DASH_PLAN_ITEM_MAJOR) && h.items_per_slot <= 1;
+}
+
 // ---- Size limits, checked from the shape alone before any planner or simulation runs ----
 
 // Most (Q tile, KV tile) pairs one unit's plan may cover (its whole tile rectangle, times the heads of a packed

@@ -478,8 +478,8 @@ dash_plan_header bind_header(const dash_plan_header& template_header, const Plan
   // wait. The claim order does not enter the bits.
   if (h.items_per_slot > 1) {
     h.flags |= DASH_PLAN_ITEM_MAJOR;
-    h.ticket_group_units = detail::slot_claim_group(h.num_units, h.items_per_unit / h.items_per_slot, h.items_per_slot,
-                                            req.num_ctas);
+    h.ticket_group_units =
+        detail::slot_claim_group(h.num_units, h.items_per_unit / h.items_per_slot, h.items_per_slot, req.num_ctas);
   }
   return h;
 }
@@ -522,11 +522,6 @@ Fetched fetch_template(const TemplateKey& key, bool allow_filling, int32_t num_c
 
 int32_t fetched_wave(const Fetched& f) { return f.unit ? f.unit->wave : f.layout->wave_bound; }
 const dash_plan_header& fetched_header(const Fetched& f) { return f.unit ? f.unit->plan.header : f.layout->header; }
-// The items of a unit that run at once: a slot's where its template is cut into slots (each waits for the one before).
-int32_t fetched_concurrent_items(const Fetched& f) {
-  const dash_plan_header& h = fetched_header(f);
-  return h.items_per_slot > 1 ? h.items_per_slot : h.items_per_unit;
-}
 
 // ---- The resolution memo (plan_internal.hpp) ----
 
@@ -886,7 +881,8 @@ Resolved resolve(const PlanRequest& req, bool allow_filling) {
         continue;
       }
     } else if (pack_by_items && c.mode == GqaMode::PackGroup) {
-      const int64_t items = int64_t(req.problem.batch) * req.problem.heads_kv * fetched_concurrent_items(fetched);
+      // A slot's items where the template is cut into slots (the later slots wait for them).
+      const int64_t items = int64_t(req.problem.batch) * req.problem.heads_kv * slot_items(fetched_header(fetched));
       // The first packed candidate decides for all (run, skipped or deferred): another planner's packed items never
       // outrank the table's split order.
       const PackVerdict verdict = pack_decided ? PackVerdict::Skip : pack_verdict(req, items);
@@ -986,7 +982,7 @@ Plan Plan::from_blob(const uint8_t* data, size_t size) {
                             " does not match the flags (DASH_PLAN_ITEM_MAJOR needs >= 1; otherwise 0)");
   // Item by item (no slots) only for the balanced plan, whose ranks are in claim order: a lock-step template's items
   // wait on each other, so its tickets must stay whole units or whole slots.
-  if ((h.flags & DASH_PLAN_ITEM_MAJOR) && h.items_per_slot <= 1 && !(h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY))
+  if (claimed_item_by_item(h) && !(h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY))
     throw Error("plan", "DASH_PLAN_ITEM_MAJOR without slots (items_per_slot " + std::to_string(h.items_per_slot) +
                             ") needs DASH_PLAN_NONDETERMINISTIC_ONLY");
   // Never together (plan_format.h): the ordered adds run only on plans that a deterministic backward accepts.

@@ -677,10 +677,11 @@ class ItemWalk {
 
 // Where the visits of a lock-step template go in the table: those of item i at positions [cuts[k], cuts[k + 1]) from
 // begin[k * W + i] on (W items). A template cut into slots (place_lockstep_visits) has a cut at each slot's first
-// position; an uncut one has the one piece [0, INT32_MAX) per item.
+// position; an uncut one has the one piece [0, INT32_MAX) per item. `lengths`: each item's visits.
 struct LockstepPlacement {
   std::vector<int32_t> cuts;
   std::vector<int32_t> begin;
+  std::vector<int32_t> lengths;
 };
 
 // Lock-step arrival: the visit at position p of item i arrives at time (p, i), and ranks are handed out in that
@@ -688,15 +689,16 @@ struct LockstepPlacement {
 // table (items of equal length a power of two bytes apart, so that a direct walk thrashes a few cache sets): the walk
 // writes the next (up to) kChunk visits of every item still running into one buffer, ranks them there step by step, and
 // copies them out to their places. Each visit is written once, where writing the table and ranking it in place read it
-// back. `lengths`: each item's visits.
-void write_by_arrival(const TemplateDraft& draft, const List<int32_t>& lengths, const LockstepPlacement& place,
-                      Plan& plan, RankCounter& ranks, int32_t from, int32_t to, Memory memory) {
+// back.
+void write_by_arrival(const TemplateDraft& draft, const LockstepPlacement& place, Plan& plan, RankCounter& ranks,
+                      int32_t from, int32_t to, Memory memory) {
   constexpr int32_t kChunk = 32;
   struct Running {
     ItemWalk walk;
     int32_t item, length;  // the item's index, and its length cut at `to`
     size_t piece;          // the piece (place.cuts) its next copy starts in
   };
+  const std::vector<int32_t>& lengths = place.lengths;
   const size_t width = lengths.size();
   List<Running> running(memory);  // the items still running, in claim order
   running.reserve(width);
@@ -825,20 +827,12 @@ void fill_visits(const TemplateDraft& draft, const LockstepPlacement& place, con
 
   // Ranks follow arrival along the draft's lock-step items, uncut; `place` says where their visits go (plan.items
   // may hold them cut into slots).
-  List<int32_t> lengths(arena); // per item
-  lengths.reserve(draft.items.size());
-  for (const ItemDraft& item : draft.items) {
-    int32_t length = 0;
-    for (const SegmentDraft& seg : item.segments)
-      for (const Run& r : seg.order) length += r.count;
-    lengths.push_back(length);
-  }
   detail::run_parallel(threads, [&](int part) {
-    const int32_t from = detail::first_position_of_part(lengths, part, threads);
-    const int32_t to = detail::first_position_of_part(lengths, part + 1, threads);
+    const int32_t from = detail::first_position_of_part(place.lengths, part, threads);
+    const int32_t to = detail::first_position_of_part(place.lengths, part + 1, threads);
     if (from >= to) return;
     RankCounter ranks(plan, num_q, arrivals_before(draft, from, accumulators, num_q, memory));
-    write_by_arrival(draft, lengths, place, plan, ranks, from, to, memory);
+    write_by_arrival(draft, place, plan, ranks, from, to, memory);
   });
 }
 
@@ -947,17 +941,19 @@ void UnitDraftDeleter::operator()(UnitDraft* draft) const noexcept { delete draf
 // would leave idle take other units' slots (bind_header's group). Other templates keep their items, one piece each.
 LockstepPlacement place_lockstep_visits(Plan& plan, bool chunked) {
   const size_t w = plan.items.size();
-  LockstepPlacement uncut{{0, INT32_MAX}, {}};
-  for (const dash_item& item : plan.items) uncut.begin.push_back(plan.segments[item.first_segment].first_visit);
-  if (!chunked || w < 2) return uncut;
+  LockstepPlacement uncut{{0, INT32_MAX}, {}, {}};
   std::vector<std::vector<int32_t>> cuts(w);  // per item: visits before each of its segments, then its length
   for (size_t i = 0; i < w; ++i) {
     const dash_item& item = plan.items[i];
+    const int32_t begin = plan.segments[item.first_segment].first_visit;
+    uncut.begin.push_back(begin);
     for (int32_t s = 0; s < item.num_segments; ++s)
-      cuts[i].push_back(plan.segments[item.first_segment + s].first_visit - uncut.begin[i]);
+      cuts[i].push_back(plan.segments[item.first_segment + s].first_visit - begin);
     const dash_segment& last = plan.segments[item.first_segment + item.num_segments - 1];
-    cuts[i].push_back(last.first_visit + last.num_visits - uncut.begin[i]);
+    cuts[i].push_back(last.first_visit + last.num_visits - begin);
+    uncut.lengths.push_back(cuts[i].back());
   }
+  if (!chunked || w < 2) return uncut;
   std::vector<int32_t> common = cuts[0];  // positions every item has a cut at (the last: every item's length)
   for (size_t i = 1; i < w; ++i) {
     std::vector<int32_t> both;
@@ -967,12 +963,13 @@ LockstepPlacement place_lockstep_visits(Plan& plan, bool chunked) {
   if (common.size() < 3 || common.back() != cuts[0].back()) return uncut;  // one slot, or unequal lengths
   for (size_t i = 1; i < w; ++i)
     if (cuts[i].back() != common.back()) return uncut;
-  LockstepPlacement place{common, {}};
+  LockstepPlacement place{common, {}, std::move(uncut.lengths)};
   std::vector<dash_item> items;
   std::vector<dash_segment> segments;
   segments.reserve(plan.segments.size());
   int32_t next_visit = 0, max_visits = 0;
   for (size_t k = 0; k + 1 < common.size(); ++k) {
+    max_visits = std::max(max_visits, common[k + 1] - common[k]);
     for (size_t i = 0; i < w; ++i) {
       const auto a = std::lower_bound(cuts[i].begin(), cuts[i].end(), common[k]) - cuts[i].begin();
       const auto b = std::lower_bound(cuts[i].begin(), cuts[i].end(), common[k + 1]) - cuts[i].begin();
@@ -984,7 +981,6 @@ LockstepPlacement place_lockstep_visits(Plan& plan, bool chunked) {
         next_visit += seg.num_visits;
         segments.push_back(seg);
       }
-      max_visits = std::max(max_visits, common[k + 1] - common[k]);
     }
   }
   plan.items = std::move(items);
@@ -1052,9 +1048,7 @@ const Plan& drafted_layout(const UnitDraft& draft) { return draft.plan; }
 // template cut into slots, a slot's (a visit waits on the same or an earlier lock-step position, so on its own slot's
 // items or an earlier slot's).
 int32_t drafted_wave_bound(const UnitDraft& draft) {
-  const dash_plan_header& h = draft.plan.header;
-  if (draft.draft.rank_rule == RankRule::ClaimOrder) return 1;
-  return std::max(h.items_per_slot > 1 ? h.items_per_slot : h.items_per_unit, 1);
+  return draft.draft.rank_rule == RankRule::ClaimOrder ? 1 : std::max(slot_items(draft.plan.header), 1);
 }
 
 Plan fill_unit(UnitDraftPtr draft) {

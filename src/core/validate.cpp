@@ -428,7 +428,7 @@ std::optional<List<int32_t>> merged_arrival(arrival::Part& p, size_t accumulator
 // An uncut template is one slot.
 std::optional<List<int32_t>> ranked_by_arrival(const Plan& plan, Memory memory) {
   const int32_t num_items = int32_t(plan.items.size());
-  const int32_t per_slot = plan.header.items_per_slot > 1 ? plan.header.items_per_slot : num_items;
+  const int32_t per_slot = slot_items(plan.header);
   const int32_t slots = per_slot > 0 ? num_items / per_slot : 1;
   const size_t accumulators = plan.dq_count.size();
   const List<int32_t> begin = item_begins(plan, memory);

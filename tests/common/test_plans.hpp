@@ -14,7 +14,7 @@ namespace dash::test {
 // items i, W + i, 2 W + i, ... one after another; an uncut template's items are its lock-step items.
 inline std::vector<std::vector<int32_t>> lockstep_items(const Plan& plan) {
   const int32_t items = int32_t(plan.items.size());
-  const int32_t width = plan.header.items_per_slot > 1 ? plan.header.items_per_slot : items;
+  const int32_t width = slot_items(plan.header);
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(width));
   for (int32_t i = 0; i < items; ++i) {
     const dash_item& item = plan.items[size_t(i)];
