@@ -16,16 +16,17 @@ Each implementation is timed through the entry point its users call:
 - FA4 (flash_attn.cute, if importable; shared/docs/fa4-on-h200.md) and cuDNN SDPA: the backward is autograd.grad on
   a retained graph, i.e. only the backward's kernels.
 
-    python3 bench/record.py --out bench/results/record.jsonl [--quick] [--fa3 /tmp/fa3/_C.so] [--fa4] [--long]
+    python3 bench/record.py --out bench/results/record.jsonl [--quick] [--fa3 /tmp/fa3/_C.so] [--fa4]
+                            [--long | --long-only]
     python3 bench/record.py --summarize bench/results/record-*.jsonl   (no GPU: the tables and milestone count again)
 
 --quick: four configs, dash-attn (non-det, auto) and FA3 only, for iterating. --long: extra memory and time at
-32k-128k tokens (causal, head dim 128, MHA and 32/8). Writes one JSON line per (config, impl, mode[, schedule]) and
-prints one table with the ratios the kernel-efficiency issue tracks. A row also carries the SM clock and power draw
-read after each repeat's timed calls (`sm_clock_mhz_per_repeat`, `power_w_per_repeat`; gpu_state), so that a ratio
-can be split into per-clock speed and the clock the power cap allowed. torch reads them through pynvml (the
-nvidia-ml-py wheel; on a machine without an index, its wheel file itself can go on PYTHONPATH); without it they are
-null.
+32k-128k tokens (causal, head dim 128, MHA and 32/8); --long-only: those rows alone. Writes one JSON line per
+(config, impl, mode[, schedule]) and prints one table with the ratios the kernel-efficiency issue tracks. A row also
+carries the SM clock and power draw read after each repeat's timed calls (`sm_clock_mhz_per_repeat`,
+`power_w_per_repeat`; gpu_state), so that a ratio can be split into per-clock speed and the clock the power cap
+allowed. torch reads them through pynvml (the nvidia-ml-py wheel; on a machine without an index, its wheel file
+itself can go on PYTHONPATH); without it they are null.
 """
 from __future__ import annotations
 
@@ -343,6 +344,7 @@ def main():
     ap.add_argument("--fa4", action="store_true", help="time FA4 (flash_attn.cute) too; it must be importable")
     ap.add_argument("--quick", action="store_true", help="four configs, dash-attn non-det / auto and FA3 only")
     ap.add_argument("--long", action="store_true", help="also 32k-128k tokens: time and extra memory")
+    ap.add_argument("--long-only", action="store_true", help="the 32k-128k rows of --long alone, without the grid")
     ap.add_argument("--configs", help="comma-separated config names (default: the grid)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--order", choices=("shuffle", "rotate"), default="shuffle",
@@ -390,6 +392,10 @@ def main():
     if args.tag:
         env["tag"] = args.tag
     rows = grid()
+    if args.long_only:
+        if args.configs or args.quick:
+            ap.error("--long-only takes the long rows only: drop --configs / --quick")
+        args.long, rows = True, []
     if args.configs or args.quick:
         wanted = args.configs.split(",") if args.configs else QUICK
         rows = [parse_config(name) for name in wanted]
