@@ -4,9 +4,15 @@
 # importable, FA4, in one process) and, optionally, Nsight Compute profiles of our backward kernel and FA3's on the
 # same configs (details + per-SASS stall samples as CSV, summarised by scripts/ncu_stalls.py).
 #
-#   scripts/gpu_record.sh --build-dir DIR --fa3 SO [--quick] [--long] [--fa4] [--profile CONFIG,...] [--mode M]
-#                         [--no-record] [--configs LIST] [--profile-impls "dash-attn fa3"] [--warmup-seconds S]
-#                         [--repeats N] [--order shuffle|rotate] [--nondet-schedules LIST]
+#   scripts/gpu_record.sh --build-dir DIR --fa3 SO [--quick] [--long | --long-only] [--fa4 | --fa4-site WHEELS]
+#                         [--profile CONFIG,...] [--mode M] [--no-record] [--configs LIST]
+#                         [--profile-impls "dash-attn fa3"] [--warmup-seconds S] [--repeats N]
+#                         [--order shuffle|rotate] [--nondet-schedules LIST]
+#
+# DIR may be a .tar.xz holding libdash_attn.so at its top, and SO an .xz of the _C.so (both unpacked under /tmp):
+# what a device call carries from the development machine. --fa4-site WHEELS installs FA4 from the folder that
+# scripts/fa4_carry.sh writes (.carry/fa4w; `scripts/gpu_fa4_site.sh install`, after its part1 and part2 calls on the
+# same warm machine) and times it (--fa4).
 #
 # --profile-impls takes impl names (profiled in --mode, dash-attn with schedule auto) or whole record.py keys
 # IMPL/MODE/SCHEDULE (e.g. dash-attn/nondeterministic/symmetric-shift, with --nondet-schedules naming it).
@@ -29,11 +35,13 @@ profiles=""
 mode=nondeterministic
 record=1
 profile_impls="dash-attn fa3"
+fa4_site=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build="$2"; shift 2 ;;
     --fa3) fa3="$2"; shift 2 ;;
-    --quick|--long|--fa4) record_args+=("$1"); shift ;;
+    --quick|--long|--long-only|--fa4) record_args+=("$1"); shift ;;
+    --fa4-site) fa4_site="$2"; record_args+=(--fa4); shift 2 ;;
     --configs) record_args+=(--configs "$2"); shift 2 ;;
     --warmup-seconds) record_args+=(--warmup-seconds "$2"); shift 2 ;;  # the sustained power state (record.py)
     --repeats|--order) record_args+=("$1" "$2"); shift 2 ;;
@@ -45,6 +53,18 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1"; exit 2 ;;
   esac
 done
+if [ "${build%.tar.xz}" != "$build" ]; then  # a carried archive of the library
+  rm -rf /tmp/dash-record-lib && mkdir -p /tmp/dash-record-lib && tar xJf "$build" -C /tmp/dash-record-lib || exit 3
+  build=/tmp/dash-record-lib
+fi
+if [ "${fa3%.xz}" != "$fa3" ]; then  # a carried, compressed FA3 _C.so
+  mkdir -p /tmp/dash-record-fa3 && xz -dc "$fa3" >/tmp/dash-record-fa3/_C.so || exit 3
+  fa3=/tmp/dash-record-fa3/_C.so
+fi
+if [ -n "$fa4_site" ]; then
+  site=$(bash "$root/scripts/gpu_fa4_site.sh" install "$fa4_site") || { echo "gpu_record.sh: FA4's install failed"; exit 3; }
+  export PYTHONPATH="$site:${PYTHONPATH:-}"
+fi
 export DASH_ATTN_LIBRARY="$build/libdash_attn.so" PYTHONPATH="$root/python:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 for dir in /usr/local/cuda/lib64 $(python3 -c 'import nvidia, os; print(os.path.dirname(nvidia.__file__))' 2>/dev/null)/cuda_runtime/lib; do
   [ -d "$dir" ] && export LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}"
