@@ -63,3 +63,25 @@ def test_summarize_counts_each_threshold_and_separates_calls(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "det >= 0.97 x FA4's det: 1 of 1 rows\n" in out
     assert "non-det >= 0.95 x FA3's non-det: 1 of 1 rows\n" in out
+
+
+def test_summarize_counts_the_issues_further_targets_farthest_first(tmp_path, capsys):
+    record = load_record()
+    c1, c2, c3 = "b2_s8192_hq16_hkv16_d128_causal", "b4_s4096_hq16_hkv16_d128_full", "b16_s1024_hq32_hkv8_d128_causal"
+    rows = (config_rows("call", c1, det=96.0, nd=101.0, fwd=95.0)
+            + [row("call", c1, "fa4", "nondeterministic", 102.0)]
+            + config_rows("call", c2, det=101.0, nd=103.0, fwd=98.0)
+            + [row("call", c2, "fa4", "nondeterministic", 100.0)]
+            + config_rows("call", c3, det=90.0, nd=100.0, fwd=100.0))  # no FA4 non-det row: FA3's alone counts
+    path = tmp_path / "record.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    record.print_summary(record.tables_from_jsonl([str(path)])[0][1])
+    out = capsys.readouterr().out
+    # det / the best non-det of the call: c1 96 / 102 (FA4's) = 0.941, c3 90 / 100 = 0.900 miss 0.95; c2 101 / 103
+    # holds. Misses are listed farthest first.
+    assert (f"det >= 0.95 x the best non-det of the call: 1 of 3 rows; misses: {c3} 0.900, {c1} 0.941") in out
+    assert f"det >= FA4's det: 1 of 3 rows; misses: {c3} 0.900, {c1} 0.960" in out
+    # non-det against FA3's and FA4's both: c1 101 / 102 misses though it beats FA3's; c3 has FA3's only (100 / 100).
+    assert f"non-det >= FA3's and FA4's non-det: 2 of 3 rows; misses: {c1} 0.990" in out
+    # forward against FA3's and FA4's best (cuDNN's does not count): c1 95 / 100 misses 0.97, c2 98 / 100 holds.
+    assert f"forward >= 0.97 x FA3's and FA4's best: 2 of 3 rows; misses: {c1} 0.950" in out
