@@ -32,6 +32,9 @@ export DASH_ATTN_LIBRARY="$build/libdash_attn.so" PYTHONPATH="$root/python" PYTH
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib $(python3 -c 'import nvidia, os; print(os.path.dirname(nvidia.__file__))' 2>/dev/null)/cuda_runtime/lib; do
   [ -d "$dir" ] && export LD_LIBRARY_PATH="$dir:${LD_LIBRARY_PATH:-}"
 done
+# The test binaries find libdash_attn.so through their RUNPATH, the build directory where they were linked; a build
+# carried to another path (unpacked under /tmp) needs its own directory searched first.
+export LD_LIBRARY_PATH="$(cd "$build" && pwd):$LD_LIBRARY_PATH"
 summary=()
 step() {  # step NAME TIMEOUT_S COMMAND...: runs it, logs to $out/NAME.log, records pass/fail and seconds
   local name="$1" limit="$2"; shift 2
