@@ -30,41 +30,30 @@ class Ring:
         return self.filled.get(j, False)
 
 
+def load(ring, j):
+    """One load by the producer: wait until load number j may reuse its stage, then issue it (it lands at once)."""
+    yield lambda: ring.free_for(j)
+    ring.filled[j] = True
+
+
 def producer(tiles, K, V, Q, order, log):
     k = v = 0
     for t, count in enumerate(tiles):
-        yield lambda t=t: Q.free_for(t)
-        Q.filled[t] = True  # the tile's announcement (and its Q when it has keys)
+        yield from load(Q, t)  # the tile's announcement (and its Q when it has keys)
         if count == 0:
             continue
         if order == "pairwise":
-            for _ in range(count):
-                yield lambda k=k: K.free_for(k)
-                K.filled[k] = True
-                k += 1
-                yield lambda v=v: V.free_for(v)
-                V.filled[v] = True
-                v += 1
+            sequence = [K, V] * count
         elif order == "all-k-first":  # a control that must deadlock (K_{n+2}'s release needs a V not yet loaded)
-            for _ in range(count):
-                yield lambda k=k: K.free_for(k)
-                K.filled[k] = True
-                k += 1
-            for _ in range(count):
-                yield lambda v=v: V.free_for(v)
-                V.filled[v] = True
-                v += 1
+            sequence = [K] * count + [V] * count
         else:  # k-ahead: K_last, then K_{n-1} before V_n
-            yield lambda k=k: K.free_for(k)
-            K.filled[k] = True
-            k += 1
-            for i in range(count):
-                if i + 1 < count:
-                    yield lambda k=k: K.free_for(k)
-                    K.filled[k] = True
-                    k += 1
-                yield lambda v=v: V.free_for(v)
-                V.filled[v] = True
+            sequence = [K] + [K, V] * (count - 1) + [V]
+        for ring in sequence:
+            if ring is K:
+                yield from load(K, k)
+                k += 1
+            else:
+                yield from load(V, v)
                 v += 1
     log.append("producer done")
 
