@@ -555,40 +555,37 @@ def print_summary(table):
         return f"{res[k][0]['tflops']:.0f}" if k in res else "-"
 
     rows, rows_per_mhz = [], []
-    # Milestone 1: [label, threshold, rows checked, misses]; a row is checked where both of its implementations ran.
-    milestone = [[f"det >= {MILESTONE_DET} x FA4's det", MILESTONE_DET, 0, []],
-                 [f"non-det >= {MILESTONE_ND} x FA3's non-det", MILESTONE_ND, 0, []],
-                 [f"forward >= {MILESTONE_FWD} x the best other (FA3, FA4, cuDNN)", MILESTONE_FWD, 0, []],
-                 [f"forward >= {MILESTONE_FWD} x FA3's and FA4's best (the issue's targets)", MILESTONE_FWD, 0, []]]
-    # The targets: [label, threshold, rows checked, misses as (ratio, config)]; a row's ratio is the least over the
-    # denominators that ran (the non-det target asks for FA3's and FA4's both).
-    targets = [[f"det >= {TARGET_DET_BEST_ND} x the best non-det of the call", TARGET_DET_BEST_ND, 0, []],
-               ["det >= FA4's det", 1.0, 0, []],
-               ["non-det >= FA3's and FA4's non-det", 1.0, 0, []],
-               [f"forward >= {TARGET_FWD} x FA3's and FA4's best", TARGET_FWD, 0, []]]
+    # Each check: [label, threshold, which ratios of a row (keys of `pairs` below), rows checked, misses as (ratio,
+    # config)]. A row is checked where a ratio's both implementations ran; its ratio is the least of those (the
+    # non-det target asks for FA3's and FA4's both).
+    milestone = [[f"det >= {MILESTONE_DET} x FA4's det", MILESTONE_DET, ("det/fa4det",), 0, []],
+                 [f"non-det >= {MILESTONE_ND} x FA3's non-det", MILESTONE_ND, ("nd/fa3nd",), 0, []],
+                 [f"forward >= {MILESTONE_FWD} x the best other (FA3, FA4, cuDNN)", MILESTONE_FWD, ("fwd/best",),
+                  0, []],
+                 [f"forward >= {MILESTONE_FWD} x FA3's and FA4's best (the issue's targets)", MILESTONE_FWD,
+                  ("fwd/fa",), 0, []]]
+    targets = [[f"det >= {TARGET_DET_BEST_ND} x the best non-det of the call", TARGET_DET_BEST_ND, ("det/best-nd",), 0,
+                []],
+               ["det >= FA4's det", 1.0, ("det/fa4det",), 0, []],
+               ["non-det >= FA3's and FA4's non-det", 1.0, ("nd/fa3nd", "nd/fa4nd"), 0, []],
+               [f"forward >= {TARGET_FWD} x FA3's and FA4's best", TARGET_FWD, ("fwd/fa",), 0, []]]
     for case, res in table:
         best_nd = _best(res, "nondeterministic")
         best_other_fwd = _best(res, "forward", exclude=("dash-attn",))
         best_fa_fwd = _best(res, "forward", exclude=("dash-attn", "cudnn"))
-        rows.append((case.name, [tf(res, det), tf(res, nd), tf(res, fa3_nd), tf(res, fa3_det), tf(res, fa4_det),
-                                 rt(res, det, best_nd), rt(res, det, fa4_det), rt(res, nd, fa3_nd), rt(res, nd, fa4_nd),
-                                 rt(res, fwd, best_other_fwd), rt(res, fwd, best_fa_fwd)]))
-        rows_per_mhz.append((case.name, [rt(res, det, fa4_det, True), rt(res, nd, fa3_nd, True),
-                                         rt(res, fwd, best_other_fwd, True), rt(res, fwd, best_fa_fwd, True)]))
-        for entry, (num, den) in zip(milestone, ((det, fa4_det), (nd, fa3_nd), (fwd, best_other_fwd),
-                                                 (fwd, best_fa_fwd))):
-            r = _ratio(res, num, den) if den else None
-            if r is not None:
-                entry[2] += 1
-                if r < entry[1]:
-                    entry[3].append(f"{case.name} {r:.3f}")
-        for entry, pairs in zip(targets, (((det, best_nd),), ((det, fa4_det),), ((nd, fa3_nd), (nd, fa4_nd)),
-                                          ((fwd, best_fa_fwd),))):
-            ratios = [r for r in (_ratio(res, num, den) if den else None for num, den in pairs) if r is not None]
+        pairs = {"det/best-nd": (det, best_nd), "det/fa4det": (det, fa4_det), "nd/fa3nd": (nd, fa3_nd),
+                 "nd/fa4nd": (nd, fa4_nd), "fwd/best": (fwd, best_other_fwd), "fwd/fa": (fwd, best_fa_fwd)}
+        rows.append((case.name, [tf(res, det), tf(res, nd), tf(res, fa3_nd), tf(res, fa3_det), tf(res, fa4_det)] +
+                     [rt(res, *pairs[k]) for k in ("det/best-nd", "det/fa4det", "nd/fa3nd", "nd/fa4nd", "fwd/best",
+                                                   "fwd/fa")]))
+        rows_per_mhz.append((case.name, [rt(res, *pairs[k], True) for k in ("det/fa4det", "nd/fa3nd", "fwd/best",
+                                                                             "fwd/fa")]))
+        for check in milestone + targets:
+            ratios = [r for r in (_ratio(res, *pairs[k]) if pairs[k][1] else None for k in check[2]) if r is not None]
             if ratios:
-                entry[2] += 1
-                if min(ratios) < entry[1]:
-                    entry[3].append((min(ratios), case.name))
+                check[3] += 1
+                if min(ratios) < check[1]:
+                    check[4].append((min(ratios), case.name))
     _print_table("\nratios (median of per-repeat ratios); det = dash-attn deterministic, schedule auto; fwd/best: "
                  "against the best other forward (cuDNN's too), fwd/fa: FA3's and FA4's only",
                  ("config", "det", "nd", "fa3 nd", "fa3 det", "fa4 det", "det/best-nd", "det/fa4det", "nd/fa3nd",
@@ -597,14 +594,14 @@ def print_summary(table):
     # does more per cycle (a miss at an equal per-MHz ratio is the clock's).
     _print_table("\nthe milestone ratios per MHz (each repeat's ratio over its SM clocks' ratio; - where a clock was "
                  "not read)", ("config", "det/fa4det", "nd/fa3nd", "fwd/best", "fwd/fa"), rows_per_mhz)
-    print("\nmilestone 1 (median ratios):")
-    for label, _, checked, misses in milestone:
-        print(f"  {label}: {checked - len(misses)} of {checked} rows" +
-              (f"; misses: {', '.join(misses)}" if misses else ""))
-    print("\nthe issue's targets (median ratios; misses from the farthest):")
-    for label, _, checked, misses in targets:
-        print(f"  {label}: {checked - len(misses)} of {checked} rows" +
-              (f"; misses: {', '.join(f'{name} {r:.3f}' for r, name in sorted(misses))}" if misses else ""))
+    for title, checks, farthest_first in (("milestone 1 (median ratios)", milestone, False),
+                                          ("the issue's targets (median ratios; misses from the farthest)", targets,
+                                           True)):
+        print(f"\n{title}:")
+        for label, _, _, checked, misses in checks:
+            listed = sorted(misses) if farthest_first else misses
+            print(f"  {label}: {checked - len(misses)} of {checked} rows" +
+                  (f"; misses: {', '.join(f'{name} {r:.3f}' for r, name in listed)}" if misses else ""))
 
 
 if __name__ == "__main__":
