@@ -554,6 +554,10 @@ def print_summary(table):
     def tf(res, k):
         return f"{res[k][0]['tflops']:.0f}" if k in res else "-"
 
+    # The tables' columns: TFLOP/s of these implementations, then ratios (keys of `pairs` below), all and per MHz.
+    tflops_columns = (("det", det), ("nd", nd), ("fa3 nd", fa3_nd), ("fa3 det", fa3_det), ("fa4 det", fa4_det))
+    ratio_columns = ("det/best-nd", "det/fa4det", "nd/fa3nd", "nd/fa4nd", "fwd/best", "fwd/fa")
+    per_mhz_columns = ("det/fa4det", "nd/fa3nd", "fwd/best", "fwd/fa")
     rows, rows_per_mhz = [], []
     # Each check: [label, threshold, which ratios of a row (keys of `pairs` below), rows checked, misses as (ratio,
     # config)]. A row is checked where a ratio's both implementations ran; its ratio is the least of those (the
@@ -575,11 +579,8 @@ def print_summary(table):
         best_fa_fwd = _best(res, "forward", exclude=("dash-attn", "cudnn"))
         pairs = {"det/best-nd": (det, best_nd), "det/fa4det": (det, fa4_det), "nd/fa3nd": (nd, fa3_nd),
                  "nd/fa4nd": (nd, fa4_nd), "fwd/best": (fwd, best_other_fwd), "fwd/fa": (fwd, best_fa_fwd)}
-        rows.append((case.name, [tf(res, det), tf(res, nd), tf(res, fa3_nd), tf(res, fa3_det), tf(res, fa4_det)] +
-                     [rt(res, *pairs[k]) for k in ("det/best-nd", "det/fa4det", "nd/fa3nd", "nd/fa4nd", "fwd/best",
-                                                   "fwd/fa")]))
-        rows_per_mhz.append((case.name, [rt(res, *pairs[k], True) for k in ("det/fa4det", "nd/fa3nd", "fwd/best",
-                                                                             "fwd/fa")]))
+        rows.append((case.name, [tf(res, k) for _, k in tflops_columns] + [rt(res, *pairs[k]) for k in ratio_columns]))
+        rows_per_mhz.append((case.name, [rt(res, *pairs[k], True) for k in per_mhz_columns]))
         for check in milestone + targets:
             ratios = [r for r in (_ratio(res, *pairs[k]) if pairs[k][1] else None for k in check[2]) if r is not None]
             if ratios:
@@ -588,12 +589,11 @@ def print_summary(table):
                     check[4].append((min(ratios), case.name))
     _print_table("\nratios (median of per-repeat ratios); det = dash-attn deterministic, schedule auto; fwd/best: "
                  "against the best other forward (cuDNN's too), fwd/fa: FA3's and FA4's only",
-                 ("config", "det", "nd", "fa3 nd", "fa3 det", "fa4 det", "det/best-nd", "det/fa4det", "nd/fa3nd",
-                  "nd/fa4nd", "fwd/best", "fwd/fa"), rows)
+                 ("config",) + tuple(name for name, _ in tflops_columns) + ratio_columns, rows)
     # Under the power cap a call's clock varies between calls by several percent; per MHz, a ratio says which kernel
     # does more per cycle (a miss at an equal per-MHz ratio is the clock's).
     _print_table("\nthe milestone ratios per MHz (each repeat's ratio over its SM clocks' ratio; - where a clock was "
-                 "not read)", ("config", "det/fa4det", "nd/fa3nd", "fwd/best", "fwd/fa"), rows_per_mhz)
+                 "not read)", ("config",) + per_mhz_columns, rows_per_mhz)
     for title, checks, farthest_first in (("milestone 1 (median ratios)", milestone, False),
                                           ("the issue's targets (median ratios; misses from the farthest)", targets,
                                            True)):
