@@ -5,10 +5,9 @@
 #   tl: the backward with one ticket decode (dash_ticket_locate, branch ticket-locate).
 #   bash docs/history/prepared/2026-12-07-k3-ticket-locate/device_call.sh DIR
 # DIR (carried, with .carry/nvml) holds base.tar.xz, k3.tar.xz, tl.tar.xz (a libdash_attn.so each), fa3_C.so.xz and
-# tests.tar.xz (dash_gpu_tests, dash_gpu_bwd_tests of main's build).
+# tests.tar.xz (dash_gpu_tests, dash_gpu_bwd_tests and the dash-attn CLI of main's build).
 set -uo pipefail
 dir=${1:?usage: device_call.sh DIR}
-here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-out}; mkdir -p "$out"
 for d in base k3 tl fa3 tests; do rm -rf /tmp/$d; mkdir -p /tmp/$d; done
 for v in base k3 tl tests; do tar xJf "$dir/$v.tar.xz" -C /tmp/$v; done
@@ -34,9 +33,18 @@ for round in 1 2 3; do
   done
 done
 python3 bench/forward_ab.py summary "$out/k3-fwd-ab.jsonl" > "$out/k3-fwd-ab-summary.txt"; head -13 "$out/k3-fwd-ab-summary.txt"
-# tl: bits of both libraries (they must agree), the backward GoogleTests, then a 2-round A/B of the backward.
+# tl: dQ / dK / dV bits of both libraries (they must agree: `dash-attn check`, every deterministic schedule, on
+# shapes whose plans claim tickets unit by unit, slot by slot across units (20 heads), split GQA and partial tiles),
+# the backward GoogleTests, then a 2-round A/B of the backward.
 for v in base tl; do
-  DASH_ATTN_LIBRARY=/tmp/$v/libdash_attn.so LD_LIBRARY_PATH=/usr/local/cuda/lib64 timeout 90 python3 "$here/grad_bits.py" > "$out/tl-bits-$v.txt" 2>&1
+  for shape in "--seqlen 16384 --heads 20 --hdim 64 --causal" "--batch 2 --seqlen 8192 --heads 32 --hdim 64 --causal" \
+      "--batch 2 --seqlen 8192 --heads 16 --hdim 128" "--batch 2 --seqlen 8192 --heads 32 --heads-kv 8 --hdim 128 --causal" \
+      "--batch 2 --seqlen 1000 --heads 8 --heads-kv 2 --hdim 128 --causal"; do
+    for schedule in auto descending shift symmetric-shift; do
+      echo "$shape $schedule: $(LD_LIBRARY_PATH=/tmp/$v:/usr/local/cuda/lib64 timeout 60 /tmp/tests/dash-attn check $shape \
+        --schedule $schedule --runs 2 2>&1 | grep -E '^1 |identical|error' | tr -s ' ' | tr '\n' ' ')"
+    done
+  done > "$out/tl-bits-$v.txt"
 done
 cmp -s "$out/tl-bits-base.txt" "$out/tl-bits-tl.txt" && echo "tl bits: equal to base ($(wc -l < "$out/tl-bits-tl.txt") lines)" || { echo "tl bits: DIFFER"; diff "$out/tl-bits-base.txt" "$out/tl-bits-tl.txt" | head; }
 run_tests tl-gtest-bwd tl 150 /tmp/tests/dash_gpu_bwd_tests
