@@ -24,7 +24,7 @@
  *   may be smaller), claimed one group after another. Within a group of n units the tickets go in blocks of w
  *   consecutive items of one unit (w = items_per_slot, or 1 where it is 0): block b (counted from the group's
  *   first ticket) is the b / n-th block of items of the group's unit b % n. So every unit's first item (w = 1) or
- *   slot (w > 1), then every unit's second, ... dash_ticket_unit / dash_ticket_item / dash_ticket_of say it in code.
+ *   slot (w > 1), then every unit's second, ... dash_ticket_locate / dash_ticket_of say it in code.
  *
  * Slots. A lock-step template's items all run at once (each unit is a wave). Where every item starts a segment at
  *   the same positions, the planner cuts the items there: slot k holds the k-th piece of every item, and the items
@@ -283,20 +283,28 @@ DASH_HOST_DEVICE static inline int32_t dash_ticket_group_size(int32_t group, int
 DASH_HOST_DEVICE static inline int32_t dash_ticket_block(int32_t items_per_slot) {
   return items_per_slot > 1 ? items_per_slot : 1;
 }
-DASH_HOST_DEVICE static inline int32_t dash_ticket_unit(uint32_t flags, int32_t group, int32_t items_per_slot,
-                                                       int32_t num_units, int32_t items_per_unit, int32_t ticket) {
-  if (!(flags & DASH_PLAN_ITEM_MAJOR)) return ticket / items_per_unit;
-  const int32_t first = ticket / (group * items_per_unit) * group;
-  const int32_t block = (ticket - first * items_per_unit) / dash_ticket_block(items_per_slot);
-  return first + block % dash_ticket_group_size(group, num_units, first);
-}
-DASH_HOST_DEVICE static inline int32_t dash_ticket_item(uint32_t flags, int32_t group, int32_t items_per_slot,
-                                                       int32_t num_units, int32_t items_per_unit, int32_t ticket) {
-  if (!(flags & DASH_PLAN_ITEM_MAJOR)) return ticket % items_per_unit;
+/* Where ticket t lands: its unit, and its item within the unit. */
+typedef struct dash_ticket_place {
+  int32_t unit;
+  int32_t item;
+} dash_ticket_place;
+DASH_HOST_DEVICE static inline dash_ticket_place dash_ticket_locate(uint32_t flags, int32_t group,
+                                                                    int32_t items_per_slot, int32_t num_units,
+                                                                    int32_t items_per_unit, int32_t ticket) {
+  dash_ticket_place place;
+  if (!(flags & DASH_PLAN_ITEM_MAJOR)) {
+    place.unit = ticket / items_per_unit;
+    place.item = ticket % items_per_unit;
+    return place;
+  }
+  /* Item-major: the group's units take blocks of w items in turn, w consecutive tickets per block. */
   const int32_t w = dash_ticket_block(items_per_slot);
   const int32_t first = ticket / (group * items_per_unit) * group;
+  const int32_t units = dash_ticket_group_size(group, num_units, first);
   const int32_t in_group = ticket - first * items_per_unit;
-  return in_group / w / dash_ticket_group_size(group, num_units, first) * w + in_group % w;
+  place.unit = first + in_group / w % units;
+  place.item = in_group / w / units * w + in_group % w;
+  return place;
 }
 DASH_HOST_DEVICE static inline int32_t dash_ticket_of(uint32_t flags, int32_t group, int32_t items_per_slot,
                                                      int32_t num_units, int32_t items_per_unit, int32_t unit,

@@ -976,7 +976,7 @@ Plan Plan::from_blob(const uint8_t* data, size_t size) {
       h.num_q_tiles < 0 || h.group_size < 1)
     throw Error("plan", "negative table size in header");
   // The claim order decodes tickets with ticket_group_units (a division): a group of at least one unit, and only
-  // on the plans that have one (dash_ticket_unit).
+  // on the plans that have one (dash_ticket_locate).
   if ((h.flags & DASH_PLAN_ITEM_MAJOR) ? h.ticket_group_units < 1 : h.ticket_group_units != 0)
     throw Error("plan", "ticket_group_units " + std::to_string(h.ticket_group_units) +
                             " does not match the flags (DASH_PLAN_ITEM_MAJOR needs >= 1; otherwise 0)");

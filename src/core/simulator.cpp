@@ -289,8 +289,9 @@ class Simulation {
     const Instant claim = gated ? later(cta.ready, cta.last_wait_satisfied) : cta.ready;
     add_wait(c, cta.ready.time, claim.time, cta.ticket, -1);
     cta.ticket = next_ticket_++;
-    cta.unit = unit_of(cta.ticket);
-    cta.item = item_of(cta.ticket);
+    const dash_ticket_place place = place_of(cta.ticket);
+    cta.unit = place.unit;
+    cta.item = place.item;
     cta.segment_pos = 0;
     cta.ready = claim;
     enter_segment(c);
@@ -460,9 +461,9 @@ class Simulation {
     out << "CTA " << c << ": ";
     if (cta.buffer == BufferState::WaitingTurn) {
       const dash_visit& v = plan_.visits[cta.pending_visit];
-      const int32_t unit = unit_of(cta.pending_ticket);
+      const auto [unit, item] = place_of(cta.pending_ticket);
       const uint32_t at = dq_[cta.pending_accumulator].next_rank;
-      out << "ticket " << cta.pending_ticket << " (unit " << unit << ", item " << item_of(cta.pending_ticket)
+      out << "ticket " << cta.pending_ticket << " (unit " << unit << ", item " << item
           << ") visit " << cta.pending_visit << " waits for dQ accumulator (unit " << unit << ", head " << int(v.head_in_unit) << ", q_tile "
           << v.q_tile << ") to reach rank " << cta.pending_rank << "; it is at rank " << at
           << ", whose visit is in " << who_holds(ticket_holding_rank(unit, v, at));
@@ -535,13 +536,9 @@ class Simulation {
   }
 
   // A ticket's unit and item in the plan's claim order (plan_format.h's one definition).
-  int32_t unit_of(int64_t ticket) const {
-    return dash_ticket_unit(h_.flags, h_.ticket_group_units, h_.items_per_slot, h_.num_units, h_.items_per_unit,
-                            int32_t(ticket));
-  }
-  int32_t item_of(int64_t ticket) const {
-    return dash_ticket_item(h_.flags, h_.ticket_group_units, h_.items_per_slot, h_.num_units, h_.items_per_unit,
-                            int32_t(ticket));
+  dash_ticket_place place_of(int64_t ticket) const {
+    return dash_ticket_locate(h_.flags, h_.ticket_group_units, h_.items_per_slot, h_.num_units, h_.items_per_unit,
+                              int32_t(ticket));
   }
 
   const Plan& plan_;

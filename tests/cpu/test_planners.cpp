@@ -472,8 +472,7 @@ TEST(Planners, BalancedNondeterministicPlanClaimsEachGroupsLongestItemsFirst) {
     int32_t previous = INT32_MAX;
     std::vector<int> seen(size_t(h.num_units) * size_t(items), 0);
     for (int32_t t = 0; t < h.num_units * items; ++t) {
-      const int32_t unit = dash_ticket_unit(h.flags, g, h.items_per_slot, h.num_units, items, t);
-      const int32_t item = dash_ticket_item(h.flags, g, h.items_per_slot, h.num_units, items, t);
+      const auto [unit, item] = dash_ticket_locate(h.flags, g, h.items_per_slot, h.num_units, items, t);
       ASSERT_TRUE(unit >= 0 && unit < h.num_units && item >= 0 && item < items) << label << ", ticket " << t;
       ASSERT_EQ(dash_ticket_of(h.flags, g, h.items_per_slot, h.num_units, items, unit, item), t) << label;
       ASSERT_EQ(unit / g, t / (g * items)) << label << ": ticket " << t << " outside its unit's group";

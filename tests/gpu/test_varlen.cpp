@@ -513,13 +513,11 @@ TEST(VarlenGpuOrder, ExecutedDqOrderIsThePlans) {
           for (int64_t local = 0; local < int64_t(th.num_units) * th.items_per_unit; ++local) {
             const int64_t ticket = seq.ticket_begin + local;
             // The template's claim order (slot by slot across the sequence's units where it is cut into slots).
-            const int32_t in_unit = dash_ticket_item(th.flags, th.ticket_group_units, th.items_per_slot,
-                                                     th.num_units, th.items_per_unit, int32_t(local));
-            const dash_unit_coords unit = dash_unit_coords_from(
-                th.gqa_mode, h.c.heads_q, h.c.heads_kv, G, t.group_head_by_rank.data(),
-                dash_ticket_unit(th.flags, th.ticket_group_units, th.items_per_slot, th.num_units, th.items_per_unit,
-                                 int32_t(local)));
-            const dash_item& item = t.items[size_t(in_unit)];
+            const dash_ticket_place place = dash_ticket_locate(th.flags, th.ticket_group_units, th.items_per_slot,
+                                                               th.num_units, th.items_per_unit, int32_t(local));
+            const dash_unit_coords unit = dash_unit_coords_from(th.gqa_mode, h.c.heads_q, h.c.heads_kv, G,
+                                                                t.group_head_by_rank.data(), place.unit);
+            const dash_item& item = t.items[size_t(place.item)];
             for (int sg = item.first_segment; sg < item.first_segment + item.num_segments; ++sg) {
               const dash_segment& segment = t.segments[size_t(sg)];
               for (int vi = segment.first_visit; vi < segment.first_visit + segment.num_visits; ++vi) {

@@ -39,7 +39,7 @@ struct BwdTemplate {
   int32_t gqa_mode;   // dash_gqa_mode
   int32_t split_dkv;  // SPLIT_HEADS with group_size > 1
   int32_t num_q_tiles;  // of the template's sequence shape
-  // Its tickets' claim order (dash_ticket_unit / dash_ticket_item), from its bound header: DASH_PLAN_ITEM_MAJOR or 0,
+  // Its tickets' claim order (dash_ticket_locate), from its bound header: DASH_PLAN_ITEM_MAJOR or 0,
   // ticket_group_units, items_per_slot and num_units (a pack's: one sequence's units).
   uint32_t claim_flags;
   int32_t ticket_group_units, items_per_slot, num_units;

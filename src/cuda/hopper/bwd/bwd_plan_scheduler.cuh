@@ -85,11 +85,11 @@ struct PlanScheduler {
   // templates too: each sequence's units slot by slot where its template is cut into slots): its item and its unit's
   // coordinates.
   __device__ __forceinline__ void decode(const kernels::bwd::BwdTemplate& t, int local, TicketWork& work) const {
-    work.item = t.items[dash_ticket_item(t.claim_flags, t.ticket_group_units, t.items_per_slot, t.num_units,
-                                         t.items_per_unit, local)];
+    const dash_ticket_place place = dash_ticket_locate(t.claim_flags, t.ticket_group_units, t.items_per_slot,
+                                                       t.num_units, t.items_per_unit, local);
+    work.item = t.items[place.item];
     work.unit = dash_unit_coords_from(t.gqa_mode, p.heads_q, p.heads_kv, p.group_size, t.group_head_by_rank,
-                                      dash_ticket_unit(t.claim_flags, t.ticket_group_units, t.items_per_slot,
-                                                       t.num_units, t.items_per_unit, local));
+                                      place.unit);
     work.segments = t.segments;
     work.visits = t.visits;
     work.gqa_mode = t.gqa_mode;
