@@ -3,7 +3,7 @@
 """One SHA-256 per kernel of a CUDA binary's SASS, with names taken out, so that a refactor that renames files,
 namespaces or kernels can show that the machine code did not change:
 
-    scripts/sass_digest.py build/libdash_attn.so > before.txt     # (cuobjdump from CUDA or Triton's wheel)
+    scripts/sass_digest.py build/libdash_attn.so > before.txt     # (cuobjdump: CUDA, nvidia-cuda-cuobjdump, triton)
     ... refactor, rebuild ...
     scripts/sass_digest.py build/libdash_attn.so > after.txt
     scripts/sass_digest.py --compare before.txt after.txt [--ignore REGEX]
@@ -33,6 +33,14 @@ def find_cuobjdump():
     for candidate in (shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump"):
         if candidate and os.path.exists(candidate):
             return candidate
+    try:  # the nvidia-cuda-cuobjdump and -nvdisasm wheels (nvidia/cu13/bin): no toolkit needed
+        import nvidia
+        for root in nvidia.__path__:
+            found = sorted(glob.glob(os.path.join(root, "cu*", "bin", "cuobjdump")))
+            if found:
+                return found[-1]
+    except ImportError:
+        pass
     try:
         import triton  # its wheel carries a cuobjdump
         found = glob.glob(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump"))
@@ -40,12 +48,15 @@ def find_cuobjdump():
             return found[0]
     except ImportError:
         pass
-    sys.exit("sass_digest: no cuobjdump found (CUDA toolkit, or `pip install triton`)")
+    sys.exit("sass_digest: no cuobjdump found (CUDA toolkit, `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm` or triton)")
 
 
 def kernels_of(binary):
     """{mangled kernel name: [instruction texts of each copy]} of a binary's SASS."""
-    text = subprocess.run([find_cuobjdump(), "-sass", binary], capture_output=True, text=True, check=True).stdout
+    cuobjdump = find_cuobjdump()
+    # cuobjdump -sass runs nvdisasm, which the wheels (nvidia-cuda-nvdisasm) put beside it, off PATH.
+    env = dict(os.environ, PATH=os.path.dirname(cuobjdump) + os.pathsep + os.environ.get("PATH", ""))
+    text = subprocess.run([cuobjdump, "-sass", binary], capture_output=True, text=True, check=True, env=env).stdout
     kernels = {}
     name, body = None, []
     for line in text.splitlines():
