@@ -48,7 +48,8 @@ def find_cuobjdump():
             return found[0]
     except ImportError:
         pass
-    sys.exit("sass_digest: no cuobjdump found (CUDA toolkit, `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm` or triton)")
+    sys.exit("sass_digest: no cuobjdump found (CUDA toolkit, `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`"
+             " or triton)")
 
 
 def kernels_of(binary):
