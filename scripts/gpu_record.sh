@@ -7,7 +7,7 @@
 #   scripts/gpu_record.sh --build-dir DIR --fa3 SO [--quick] [--long | --long-only] [--fa4 | --fa4-site WHEELS]
 #                         [--profile CONFIG,...] [--mode M] [--no-record] [--configs LIST]
 #                         [--profile-impls "dash-attn fa3"] [--warmup-seconds S] [--repeats N]
-#                         [--order shuffle|rotate] [--nondet-schedules LIST]
+#                         [--order shuffle|rotate] [--nondet-schedules LIST] [--schedules LIST] [--no-cudnn]
 #
 # DIR may be a .tar.xz holding libdash_attn.so at its top, and SO an .xz of the _C.so (both unpacked under /tmp):
 # what a device call carries from the development machine. --fa4-site WHEELS installs FA4 from the folder that
@@ -40,11 +40,11 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build="$2"; shift 2 ;;
     --fa3) fa3="$2"; shift 2 ;;
-    --quick|--long|--long-only|--fa4) record_args+=("$1"); shift ;;
+    --quick|--long|--long-only|--fa4|--no-cudnn) record_args+=("$1"); shift ;;
     --fa4-site) fa4_site="$2"; record_args+=(--fa4); shift 2 ;;
     --configs) record_args+=(--configs "$2"); shift 2 ;;
     --warmup-seconds) record_args+=(--warmup-seconds "$2"); shift 2 ;;  # the sustained power state (record.py)
-    --repeats|--order) record_args+=("$1" "$2"); shift 2 ;;
+    --repeats|--order|--schedules) record_args+=("$1" "$2"); shift 2 ;;  # --schedules: the deterministic rows'
     --nondet-schedules) record_args+=("$1" "$2"); only_args+=("$1" "$2"); shift 2 ;;
     --profile) profiles="$2"; shift 2 ;;
     --mode) mode="$2"; shift 2 ;;
