@@ -44,7 +44,7 @@ while [ $# -gt 0 ]; do
     --fa4-site) fa4_site="$2"; record_args+=(--fa4); shift 2 ;;
     --configs) record_args+=(--configs "$2"); shift 2 ;;
     --warmup-seconds) record_args+=(--warmup-seconds "$2"); shift 2 ;;  # the sustained power state (record.py)
-    --repeats|--order|--schedules) record_args+=("$1" "$2"); shift 2 ;;  # --schedules: the deterministic rows'
+    --repeats|--order|--schedules) record_args+=("$1" "$2"); shift 2 ;;  # --schedules: record.py's, for the det rows
     --nondet-schedules) record_args+=("$1" "$2"); only_args+=("$1" "$2"); shift 2 ;;
     --profile) profiles="$2"; shift 2 ;;
     --mode) mode="$2"; shift 2 ;;
