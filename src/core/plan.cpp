@@ -985,6 +985,10 @@ Plan Plan::from_blob(const uint8_t* data, size_t size) {
   if (claimed_item_by_item(h) && !(h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY))
     throw Error("plan", "DASH_PLAN_ITEM_MAJOR without slots (items_per_slot " + std::to_string(h.items_per_slot) +
                             ") needs DASH_PLAN_NONDETERMINISTIC_ONLY");
+  // The tail's tickets come after the body's (dash_ticket_locate): at most every item.
+  if (h.tail_items < 0 || h.tail_items > h.items_per_unit || h.cut_tiles < 0)
+    throw Error("plan", "tail_items " + std::to_string(h.tail_items) + " or cut_tiles " + std::to_string(h.cut_tiles) +
+                            " out of range");
   // Never together (plan_format.h): the ordered adds run only on plans that a deterministic backward accepts.
   if ((h.flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED) && (h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY))
     throw Error("plan", "flags DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED and DASH_PLAN_NONDETERMINISTIC_ONLY together");
