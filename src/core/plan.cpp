@@ -1024,6 +1024,10 @@ std::string describe_plan(const Plan& plan, int32_t max_items, int32_t max_q_til
                   std::to_string(h.items_per_slot) + " items of slot 0, then of slot 1, ...; then the next group)"
             : "item by item across groups of " + std::to_string(h.ticket_group_units) +
                   " units (each unit's item 0, then item 1, ...; then the next group)")
+    << (h.tail_items > 0 ? "; then the tail: every unit's last " + std::to_string(h.tail_items) +
+                               " items (the pieces of its " + std::to_string(h.cut_tiles) +
+                               " cut KV tiles), item by item across all units"
+                         : std::string())
     << "\n";
   s << "  CTAs           " << h.num_ctas << " launched; its waits need " << h.min_coresident_ctas
     << " of them running at once"
