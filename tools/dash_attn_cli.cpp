@@ -260,8 +260,8 @@ int cmd_simulate(Args& args) {
                 fixed(ascending / c.sim.makespan, 3).c_str(), c.plan->header.min_coresident_ctas, computes, reduces,
                 waits, c.plan->note.empty() ? "" : "; ", c.plan->note.c_str());
   }
-  // The study's rows: the claim-order templates with their tails cut (dash::TailCut) in the GQA mode of their row above,
-  // validated and simulated as the rows above.
+  // The study's rows: the claim-order templates with their tails cut (dash::TailCut) in the GQA mode of their row
+  // above, validated and simulated as the rows above.
   for (const auto& c : candidates) {
     if (!tail_cut || !c.plan || (c.planner != dash::Planner::Ascending && c.planner != dash::Planner::Descending))
       continue;

@@ -293,8 +293,8 @@ DASH_HOST_DEVICE static inline dash_unit_coords dash_unit_coords_of(const dash_p
 }
 
 /* Ticket t of a fixed-length plan (flags, ticket_group_units, items_per_slot, num_units, items_per_unit and
- * tail_items of its header): its unit and its item, and back (see "Units" and "Tail" above). Tickets are below 2^31 (the planner's limit: one
- * 32-bit ticket counter). One definition for the kernels, the simulator and the tests. */
+ * tail_items of its header): its unit and its item, and back (see "Units" and "Tail" above). Tickets are below 2^31
+ * (the planner's limit: one 32-bit ticket counter). One definition for the kernels, the simulator and the tests. */
 DASH_HOST_DEVICE static inline int32_t dash_ticket_group_size(int32_t group, int32_t num_units, int32_t first) {
   return num_units - first < group ? num_units - first : group;
 }

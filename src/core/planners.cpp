@@ -386,9 +386,9 @@ Runs slice_runs(const Runs& order, int32_t begin, int32_t end) {
   return out;
 }
 
-// The tail (dash/plan_format.h, "Tail"): the last `cut.tiles` items of a claim-order template, one KV tile each and the
-// last KV tiles in order, each cut into `cut.pieces` items of consecutive visits. The visit order, and so every dQ rank,
-// stays the template's. `mode`: the GQA mode (split heads with a group adds dK / dV across units: no cut).
+// The tail (dash/plan_format.h, "Tail"): the last `cut.tiles` items of a claim-order template, one KV tile each and
+// the last KV tiles in order, each cut into `cut.pieces` items of consecutive visits. The visit order, and so every dQ
+// rank, stays the template's. `mode`: the GQA mode (split heads with a group adds dK / dV across units: no cut).
 void cut_tail(TemplateDraft& t, TailCut cut, Planner planner, GqaMode mode, int32_t group, int32_t num_kv_tiles) {
   const int32_t items = int32_t(t.items.size());
   if (cut.tiles < 1 || cut.tiles > items)

@@ -39,9 +39,10 @@ template <typename... Parts>
   throw Failure{s.str()};
 }
 
-// (1), the tail (plan_format.h, "Tail"): claimed unit by unit before it (the tail's decode has no other body), no dK/dV
-// added across units, and the cut tiles the last KV tiles, each cut into pieces 0 .. n - 1 that come once each, in table
-// order. A unit claims its items in table order, so a piece's dK/dV add waits only on an earlier item of its own unit.
+// (1), the tail (plan_format.h, "Tail"): claimed unit by unit before it (the tail's decode has no other body), no
+// dK/dV added across units, and the cut tiles the last KV tiles, each cut into pieces 0 .. n - 1 that come once each,
+// in table order. A unit claims its items in table order, so a piece's dK/dV add waits only on an earlier item of its
+// own unit.
 void check_tail(const Plan& plan) {
   const dash_plan_header& h = plan.header;
   if (h.tail_items < 0 || h.tail_items > h.items_per_unit) fail("tail_items ", h.tail_items, " out of range");
