@@ -149,6 +149,8 @@ class Simulation {
     auto fail = [](const std::string& what) { throw Error("plan", what); };
     if (h_.num_units < 0 || h_.items_per_unit < 0) fail("negative unit or item count");
     if (size_t(h_.items_per_unit) != plan_.items.size()) fail("items_per_unit does not match the item table");
+    // The tail's decode (dash_ticket_locate) names items below items_per_unit only for 0 <= tail_items <= that.
+    if (h_.tail_items < 0 || h_.tail_items > h_.items_per_unit || h_.cut_tiles < 0) fail("tail out of range");
     if (h_.heads_per_unit < 1 || h_.num_q_tiles < 0 || h_.num_kv_tiles < 0) fail("bad tile or head counts");
     if (dash_plan_splits_dkv(&h_) &&
         (h_.problem.heads_q % h_.group_size != 0 || h_.num_units % h_.group_size != 0))

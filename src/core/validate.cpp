@@ -229,27 +229,40 @@ bool cover_segment(const Plan& plan, int32_t s, const KvGeometry& g, PartCoverag
 }
 
 // (2), cut tiles: the pieces of each cover its KV tile's blocks once each (cover_segment has checked each visit's
-// block, within a piece). A few tiles per template: one pass over their visits.
+// block, within a piece). The pieces are grouped by KV tile, and a block visited in a tile's group is stamped with the
+// tile: no block twice and as many visits as the tile has blocks is exact cover. One pass over the pieces' visits,
+// whatever the number of cut tiles.
 void check_pieces_cover(const Plan& plan, std::span<const KvGeometry> kv_rows, Memory memory) {
   const dash_plan_header& h = plan.header;
   if (h.cut_tiles == 0) return;
   const int64_t nq = h.num_q_tiles;
-  List<uint8_t> seen(memory);
-  for (int32_t kv = h.num_kv_tiles - h.cut_tiles; kv < h.num_kv_tiles; ++kv) {
-    seen.assign(size_t(h.heads_per_unit) * size_t(nq), 0);
-    for (const dash_segment& seg : plan.segments) {
-      if (seg.kv_tile != kv) continue;
+  List<int32_t> pieces(memory);
+  for (int32_t s = 0; s < h.segments_per_unit; ++s)
+    if (plan.segments[s].num_pieces > 0) pieces.push_back(s);
+  std::stable_sort(pieces.begin(), pieces.end(),
+                   [&](int32_t a, int32_t b) { return plan.segments[a].kv_tile < plan.segments[b].kv_tile; });
+  List<int32_t> stamp(size_t(h.heads_per_unit) * size_t(nq), -1, memory);
+  for (size_t first = 0; first < pieces.size();) {
+    const int32_t kv = plan.segments[pieces[first]].kv_tile;
+    int64_t visits = 0;
+    size_t end = first;
+    for (; end < pieces.size() && plan.segments[pieces[end]].kv_tile == kv; ++end) {
+      const dash_segment& seg = plan.segments[pieces[end]];
       for (int32_t v = seg.first_visit; v < seg.first_visit + seg.num_visits; ++v) {
         const dash_visit vis = plan.visits[v];
-        if (seen[size_t(vis.head_in_unit) * nq + vis.q_tile]++)
-          fail("block (head ", int(vis.head_in_unit), ", q ", vis.q_tile, ", kv ", kv, ") visited twice");
+        int32_t& mark = stamp[size_t(vis.head_in_unit) * nq + vis.q_tile];
+        if (mark == kv) fail("block (head ", int(vis.head_in_unit), ", q ", vis.q_tile, ", kv ", kv, ") visited twice");
+        mark = kv;
       }
+      visits += seg.num_visits;
     }
     const KvGeometry& g = kv_rows[size_t(kv)];
-    for (int64_t head = 0; head < h.heads_per_unit; ++head)
-      for (int32_t q = g.q_begin; q < g.q_end; ++q)
-        if (!seen[size_t(head * nq + q)])
-          fail("block (head ", head, ", q ", q, ", kv ", kv, ") has unmasked pairs but is never visited");
+    if (visits != int64_t(h.heads_per_unit) * (g.q_end - g.q_begin))
+      for (int64_t head = 0; head < h.heads_per_unit; ++head)
+        for (int32_t q = g.q_begin; q < g.q_end; ++q)
+          if (stamp[size_t(head * nq + q)] != kv)
+            fail("block (head ", head, ", q ", q, ", kv ", kv, ") has unmasked pairs but is never visited");
+    first = end;
   }
 }
 
