@@ -122,13 +122,3 @@ set_tests_properties(cli.plan_varlen_bad PROPERTIES LABELS cpu
 add_test(NAME cli.simulate_nondeterministic COMMAND dash-attn simulate --seqlen 2048 --heads 4 --causal --nondeterministic)
 set_tests_properties(cli.simulate_nondeterministic PROPERTIES LABELS cpu
   PASS_REGULAR_EXPRESSION "ascending +[0-9.]+ +[0-9.]+ +0\\.0 .*auto picks [a-z-]+( [(]gqa [a-z]+[)])?, makespan [0-9.]+")
-# The tail-cut study (dash::TailCut): the cut rows beside the planners', and their option's errors.
-add_test(NAME cli.simulate_tail_cut COMMAND dash-attn simulate --seqlen 4096 --heads 16 --tail-cut 3,4)
-set_tests_properties(cli.simulate_tail_cut PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "ascending[+]tail +[0-9.]+ .*the last 3 KV tiles cut into 4 pieces each")
-add_test(NAME cli.tail_cut_not_a_pair COMMAND dash-attn simulate --seqlen 4096 --tail-cut 3)
-set_tests_properties(cli.tail_cut_not_a_pair PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "--tail-cut: expected two integers T,P, got '3'")
-add_test(NAME cli.tail_cut_too_many_pieces COMMAND dash-attn simulate --seqlen 1024 --heads 2 --tail-cut 2,100)
-set_tests_properties(cli.tail_cut_too_many_pieces PROPERTIES LABELS cpu
-  PASS_REGULAR_EXPRESSION "ascending[+]tail +- +rejected: tail: cuts into 100 pieces, more than KV tile 6's 16 visits")

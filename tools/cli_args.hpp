@@ -11,8 +11,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <tuple>
-#include <utility>
 #include <string>
 #include <vector>
 
@@ -67,9 +65,6 @@ inline const std::vector<OptionSpec>& all_options() {
       {"--items", "N", "output", "items to print (default 16)"},
       {"--svg", "FILE", "output", "write a Gantt chart of one schedule, one lane per CTA"},
       {"--svg-schedule", "NAME", "output", "the planner the chart shows (default: the fastest)"},
-      {"--tail-cut", "T,P", "schedule",
-       "a study: also simulate ascending and descending with their last T KV tiles cut into P pieces\n"
-       "each, claimed after every unit's other items (the kernels do not run such plans yet)"},
       {"--cost", "KIND", "cost model", "h200 (default: uncalibrated estimate from the tile shape) | paper (c=1, r=0.25)"},
       {"--c", "X", "cost model", "compute cost per block (override)"},
       {"--r", "X", "cost model", "reduce cost per block (override)"},
@@ -107,25 +102,6 @@ inline std::vector<std::string> joined(std::vector<std::string> a, const std::ve
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
-// An option's value "A,B" of two whole integers (std::stoi alone would take "256x" as 256); `form` names them.
-inline std::pair<int32_t, int32_t> integer_pair(const std::string& option, const std::string& text,
-                                                const std::string& form) {
-  const auto comma = text.find(',');
-  const auto side = [&](const std::string& part) {
-    size_t used = 0;
-    int value = 0;
-    try {
-      value = std::stoi(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (comma == std::string::npos || part.empty() || used != part.size())
-      throw Error(option, "expected two integers " + form + ", got '" + text + "'");
-    return int32_t(value);
-  };
-  return {side(text.substr(0, comma)), side(comma == std::string::npos ? "" : text.substr(comma + 1))};
-}
-
 inline const std::vector<std::string> kShape = {"--batch", "--heads", "--heads-kv", "--seqlen", "--seqlen-k",
                                                 "--hdim",  "--hdim-v", "--mask",    "--causal",   "--window"};
 inline const std::vector<std::string> kTiles = {"--block-m", "--block-n", "--gqa"};
@@ -143,7 +119,7 @@ inline const std::vector<CommandSpec>& all_commands() {
               joined(detail::kTiles, {"--ctas", "--schedule", "--items"}))},
       {"simulate", "compare every planner on one shape: makespan, idle %, speed-up over ascending",
        joined(joined(joined(detail::kShape, {"--any-hdim"}), joined(detail::kTiles, {"--ctas"})),
-              joined({"--svg", "--svg-schedule", "--nondeterministic", "--tail-cut"}, detail::kCost))},
+              joined({"--svg", "--svg-schedule", "--nondeterministic"}, detail::kCost))},
       {"check", "run the backward N times on one shape and print a SHA-256 of dQ, dK, dV per run",
        joined(detail::kShape, {"--schedule", "--runs", "--device", "--dtype", "--nondeterministic", "--seed"})},
   };
@@ -378,7 +354,22 @@ inline Shape parse_shape(Args& args, bool studies) {
   if (auto m = args.value("--mask")) p.mask = dash::parse_mask(*m);
   if (args.has("--causal")) p.mask = dash::Mask::Causal;
   if (auto w = args.value("--window")) {
-    std::tie(p.window_left, p.window_right) = detail::integer_pair("--window", *w, "L,R");
+    const auto comma = w->find(',');
+    if (comma == std::string::npos) throw Error("--window", "expected L,R (e.g. 256,0), got '" + *w + "'");
+    // Each side a whole integer (std::stoi alone would take "256x" as 256).
+    const auto side = [&](const std::string& text) {
+      size_t used = 0;
+      int value = 0;
+      try {
+        value = std::stoi(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (text.empty() || used != text.size()) throw Error("--window", "expected two integers L,R, got '" + *w + "'");
+      return value;
+    };
+    p.window_left = side(w->substr(0, comma));
+    p.window_right = side(w->substr(comma + 1));
     p.mask = dash::Mask::Window;
   }
   // 0 (absent) means the kernels' tiles; a tile shape given must be given whole.

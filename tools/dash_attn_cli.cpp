@@ -224,8 +224,6 @@ int cmd_simulate(Args& args) {
   const bool nondeterministic = args.has("--nondeterministic");
   std::optional<dash::Schedule> svg_schedule;
   if (auto name = args.value("--svg-schedule")) svg_schedule = svg_planner(*name);
-  std::optional<std::pair<int32_t, int32_t>> tail_cut;
-  if (auto cut = args.value("--tail-cut")) tail_cut = dash::cli::detail::integer_pair("--tail-cut", *cut, "T,P");
   args.expect_all_used();
   if (svg_schedule && !svg) throw Error("--svg-schedule", "picks the schedule --svg draws; give --svg FILE too");
   // Every size limit before any planner or simulation runs.
@@ -259,26 +257,6 @@ int cmd_simulate(Args& args) {
                 fixed(100 * c.sim.idle_fraction, 1).c_str(), fixed(100 * c.sim.wait_fraction, 1).c_str(),
                 fixed(ascending / c.sim.makespan, 3).c_str(), c.plan->header.min_coresident_ctas, computes, reduces,
                 waits, c.plan->note.empty() ? "" : "; ", c.plan->note.c_str());
-  }
-  // The study's rows: the claim-order templates with their tails cut (dash::TailCut) in the GQA mode of their row
-  // above, validated and simulated as the rows above.
-  for (const auto& c : candidates) {
-    if (!tail_cut || !c.plan || (c.planner != dash::Planner::Ascending && c.planner != dash::Planner::Descending))
-      continue;
-    const std::string name = std::string(dash::planner_name(c.planner)) + "+tail";
-    try {
-      const dash::Plan cut = dash::build_unvalidated(s.problem, c.planner, s.tiles, c.plan->gqa_mode(), ctas,
-                                                     {tail_cut->first, tail_cut->second});
-      const dash::ValidationReport report = dash::validate_plan(cut, ctas);
-      if (!report.ok) throw Error("--tail-cut", "the cut plan is invalid: " + report.reason);
-      const dash::SimResult sim =
-          dash::simulate(cut, ctas, cost, {.critical_path = false, .nondeterministic = nondeterministic});
-      std::printf("%-16s %12s %8s %8s %9sx %10d  %s\n", name.c_str(), fixed(sim.makespan, 2).c_str(),
-                  fixed(100 * sim.idle_fraction, 1).c_str(), fixed(100 * sim.wait_fraction, 1).c_str(),
-                  fixed(ascending / sim.makespan, 3).c_str(), report.min_coresident_ctas, cut.note.c_str());
-    } catch (const Error& e) {
-      std::printf("%-16s %12s  rejected: %s\n", name.c_str(), "-", e.what());
-    }
   }
   const char* why = s.gqa != dash::GqaMode::AutoNondeterministic
                         ? " (offline table: the same for any batch, heads or CTA count)"

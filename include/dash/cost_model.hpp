@@ -17,7 +17,7 @@ struct CostModel {
   double reduce = 0.25;          // one dQ tile reduce-add into the fp32 accumulator
   double signal_latency = 0.0;   // from a release until the next-ranked waiter sees it
   double segment_overhead = 0.0; // per segment: load K/V, write dK/dV
-  double dkv_reduce = 0.0;       // per segment that adds dK/dV in fp32 (split-head GQA, a cut tile's piece)
+  double dkv_reduce = 0.0;       // per segment in SPLIT_HEADS mode with group_size > 1: ordered dK/dV add
   // false: the CTA does compute then reduce, one after the other (the DASH paper's model).
   // true:  a store warp reduces while the MMA warps compute the next visit, with one staging buffer
   //        (FA3's layout): a visit's partial is handed off only once the previous reduce has finished.

@@ -311,17 +311,9 @@ AsyncBoundPlan plan_for_async(const PlanRequest& request);
 // plan_for, then a Plan that owns a copy of the tables with the real problem's header (CLI, simulator, tests).
 Plan build_plan(const PlanRequest& request);
 
-// A tail cut (dash/plan_format.h, "Tail"): a claim-order template's last `tiles` KV tiles, each cut into `pieces`
-// pieces of consecutive visits, claimed after every unit's other items. {0, 0}: none.
-struct TailCut {
-  int32_t tiles = 0, pieces = 0;
-};
-
-// Builds the unit template of one planner without validating it (tests use it to feed the validator). `tail`: a study
-// of the tail cut (ascending and descending, MHA or packed GQA; throws Error naming "tail" otherwise). dash_plan_create
-// cuts no template: the kernels refuse cut plans for now (the simulator and the CPU backend run them).
+// Builds the unit template of one planner without validating it (tests use it to feed the validator).
 Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode,
-                       int32_t num_ctas, TailCut tail = {});
+                       int32_t num_ctas);
 
 struct ValidationReport {
   bool ok = false;

@@ -33,15 +33,6 @@
  *   unit. Claimed slot by slot across a group of units (DASH_PLAN_ITEM_MAJOR), the CTAs that would idle while the
  *   last round of whole units runs take other units' slots instead.
  *
- * Tail. A full-mask problem whose items are all alike leaves most CTAs idle in its last round when its item count is
- *   not a multiple of the CTAs (2,048 items on 132 CTAs: 15.5 rounds). A template with a tail cuts the KV tiles of its
- *   last items into pieces of fewer Q visits (dash_segment) and claims them after every unit's whole items: tickets
- *   below num_units * (items_per_unit - tail_items) go unit by unit over each unit's first items, the rest item by
- *   item across all units over the tail, so the pieces fill the last round. A piece's dQ visits keep their ranks (the
- *   cut tiles are the last in each accumulator's order, as the tail is claimed last); its dK/dV partial is added in
- *   piece order. The cut tiles are the last cut_tiles KV tiles (ascending KV order: the claim-order templates' last
- *   items), so cut tile k is KV tile num_kv_tiles - cut_tiles + k, and its accumulators are the unit's k-th.
- *
  * Because every order lives in the unit template, the bits of one sequence depend only on its shape, mask,
  * head dim, GQA group size and planner — never on batch size, head count or batch position.
  *
@@ -149,17 +140,12 @@ typedef struct dash_item {
 } dash_item;
 
 /* One KV tile processed inside an item; its dK/dV are complete (or handed to the group order) at its end.
- * A segment may have no visits (a KV tile no query sees): the kernel then writes zero dK/dV.
- * A PIECE (num_pieces > 0) holds only some of its KV tile's visits: the tile is cut (see "Tail" above), and each of
- * its num_pieces pieces adds its dK/dV partial into the unit's fp32 accumulator of that cut tile, in piece order
- * 0, 1, ... (as split-head GQA adds in group order). */
+ * A segment may have no visits (a KV tile no query sees): the kernel then writes zero dK/dV. */
 typedef struct dash_segment {
   int32_t kv_tile;
   int32_t first_visit;
   int32_t num_visits;
-  uint16_t reserved;
-  uint8_t piece;      /* pieces only: its rank in its cut tile's dK/dV order (0 otherwise) */
-  uint8_t num_pieces; /* 0: the segment holds its whole KV tile; else the pieces its tile is cut into */
+  int32_t reserved;
 } dash_segment;
 
 /* One (Q tile, KV tile) block of the backward, in the order its item visits it. */
@@ -214,13 +200,8 @@ typedef struct dash_plan_header {
   /* A template cut into slots (see "Slots" above): items per slot, the uncut template's item count, which divides
    * items_per_unit; 0 where the template is not cut (0 in blobs of before 2026-12-07, where this was reserved). */
   int32_t items_per_slot;
-  /* The tail (see "Tail" above): the last tail_items items of the template, claimed after every unit's other items;
-   * 0 where the template has none (0 in blobs of before 2026-12-07, where this was reserved). */
-  int32_t tail_items;
-  /* KV tiles cut into pieces, the last ones (see "Tail" above), each with fp32 dK/dV accumulators per unit; 0 where
-   * none is cut. */
-  int32_t cut_tiles;
-  uint32_t reserved2;
+  uint32_t reserved1;
+  uint32_t reserved2[2];
 } dash_plan_header;
 
 /* ---- Packed variable-length sequences ("varlen") ----
@@ -292,9 +273,9 @@ DASH_HOST_DEVICE static inline dash_unit_coords dash_unit_coords_of(const dash_p
                                group_head_by_rank, unit);
 }
 
-/* Ticket t of a fixed-length plan (flags, ticket_group_units, items_per_slot, num_units, items_per_unit and
- * tail_items of its header): its unit and its item, and back (see "Units" and "Tail" above). Tickets are below 2^31
- * (the planner's limit: one 32-bit ticket counter). One definition for the kernels, the simulator and the tests. */
+/* Ticket t of a fixed-length plan (flags, ticket_group_units, items_per_slot, num_units and items_per_unit of its
+ * header): its unit and its item, and back (see "Units" above). Tickets are below 2^31 (the planner's limit: one
+ * 32-bit ticket counter). One definition for the kernels, the simulator and the tests. */
 DASH_HOST_DEVICE static inline int32_t dash_ticket_group_size(int32_t group, int32_t num_units, int32_t first) {
   return num_units - first < group ? num_units - first : group;
 }
@@ -302,49 +283,37 @@ DASH_HOST_DEVICE static inline int32_t dash_ticket_group_size(int32_t group, int
 DASH_HOST_DEVICE static inline int32_t dash_ticket_block(int32_t items_per_slot) {
   return items_per_slot > 1 ? items_per_slot : 1;
 }
-/* Where ticket t lands: its unit, and its item within the unit. The tail's tickets (tail_items > 0: the last
- * num_units * tail_items) go item by item across every unit; those before it, over each unit's first
- * items_per_unit - tail_items items, as the flags say. */
+/* Where ticket t lands: its unit, and its item within the unit. */
 typedef struct dash_ticket_place {
   int32_t unit;
   int32_t item;
 } dash_ticket_place;
 DASH_HOST_DEVICE static inline dash_ticket_place dash_ticket_locate(uint32_t flags, int32_t group,
                                                                     int32_t items_per_slot, int32_t num_units,
-                                                                    int32_t items_per_unit, int32_t tail_items,
-                                                                    int32_t ticket) {
+                                                                    int32_t items_per_unit, int32_t ticket) {
   dash_ticket_place place;
-  const int32_t body = items_per_unit - tail_items; /* each unit's items claimed before the tail */
-  if (ticket >= num_units * body) {
-    const int32_t in_tail = ticket - num_units * body;
-    place.unit = in_tail % num_units;
-    place.item = body + in_tail / num_units;
-    return place;
-  }
   if (!(flags & DASH_PLAN_ITEM_MAJOR)) {
-    place.unit = ticket / body;
-    place.item = ticket % body;
+    place.unit = ticket / items_per_unit;
+    place.item = ticket % items_per_unit;
     return place;
   }
   /* Item-major: the group's units take blocks of w items in turn, w consecutive tickets per block. */
   const int32_t w = dash_ticket_block(items_per_slot);
-  const int32_t first = ticket / (group * body) * group;
+  const int32_t first = ticket / (group * items_per_unit) * group;
   const int32_t units = dash_ticket_group_size(group, num_units, first);
-  const int32_t in_group = ticket - first * body;
+  const int32_t in_group = ticket - first * items_per_unit;
   place.unit = first + in_group / w % units;
   place.item = in_group / w / units * w + in_group % w;
   return place;
 }
 DASH_HOST_DEVICE static inline int32_t dash_ticket_of(uint32_t flags, int32_t group, int32_t items_per_slot,
-                                                     int32_t num_units, int32_t items_per_unit, int32_t tail_items,
-                                                     int32_t unit, int32_t item) {
-  const int32_t body = items_per_unit - tail_items;
-  if (item >= body) return num_units * body + (item - body) * num_units + unit;
-  if (!(flags & DASH_PLAN_ITEM_MAJOR)) return unit * body + item;
+                                                     int32_t num_units, int32_t items_per_unit, int32_t unit,
+                                                     int32_t item) {
+  if (!(flags & DASH_PLAN_ITEM_MAJOR)) return unit * items_per_unit + item;
   const int32_t w = dash_ticket_block(items_per_slot);
   const int32_t first = unit / group * group;
   const int32_t block = item / w * dash_ticket_group_size(group, num_units, first) + (unit - first);
-  return first * body + block * w + item % w;
+  return first * items_per_unit + block * w + item % w;
 }
 
 /* Whether the plan's units add dK/dV in group order: split-head GQA (one unit per query head) with more than one query

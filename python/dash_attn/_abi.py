@@ -66,8 +66,8 @@ class PlanHeader(ctypes.Structure):
                 [(name, ctypes.c_uint32) for name in (
                     "items_offset", "segments_offset", "visits_offset", "dq_count_offset",
                     "group_head_by_rank_offset")] +
-                [(name, ctypes.c_int32) for name in ("rank_spacing", "items_per_slot", "tail_items", "cut_tiles")] +
-                [("reserved2", ctypes.c_uint32)])
+                [("rank_spacing", ctypes.c_int32), ("items_per_slot", ctypes.c_int32), ("reserved1", ctypes.c_uint32),
+                 ("reserved2", ctypes.c_uint32 * 2)])
 
 
 # The same structs as flat struct formats ('@': the C compiler's sizes and alignment), so that a call's arguments are

@@ -58,9 +58,8 @@ CostModel CostModel::for_problem(const Problem& problem, TileShape tiles) {
   m.signal_latency = kSignalLatencyUs;
   // Per KV tile: load K and V (bf16) and write dK and dV (bf16).
   m.segment_overhead = 2 * bn * (d + dv) * kBf16Bytes / kPerSmBytesPerUs;
-  // A segment's fp32 add of dK and dV into accumulators: split-head GQA's (in group order) and a cut tile's pieces'
-  // (in piece order); other segments store theirs and do not pay it.
-  m.dkv_reduce = bn * (d + dv) * kFp32Bytes / kPerSmBytesPerUs;
+  // SPLIT_HEADS GQA: ordered fp32 add of dK and dV into the group's accumulators (used only in that mode).
+  m.dkv_reduce = problem.group_size() > 1 ? bn * (d + dv) * kFp32Bytes / kPerSmBytesPerUs : 0.0;
   m.overlap_reduce = true; // FA3-style store warp with one staging buffer
   return m;
 }

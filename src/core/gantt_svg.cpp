@@ -154,9 +154,7 @@ class UnitPalette {
     if (items <= 0 || ticket < 0 || heads_ <= 0) return of_head(0, 0, darken);
     const dash_plan_header& h = plan_.header;
     const int64_t unit =
-        dash_ticket_locate(h.flags, h.ticket_group_units, h.items_per_slot, h.num_units, items, h.tail_items,
-                           int32_t(ticket))
-            .unit;
+        dash_ticket_locate(h.flags, h.ticket_group_units, h.items_per_slot, h.num_units, items, int32_t(ticket)).unit;
     return of_head(head_of(int32_t(unit % heads_)), int32_t(unit / heads_), darken);
   }
 

@@ -985,10 +985,6 @@ Plan Plan::from_blob(const uint8_t* data, size_t size) {
   if (claimed_item_by_item(h) && !(h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY))
     throw Error("plan", "DASH_PLAN_ITEM_MAJOR without slots (items_per_slot " + std::to_string(h.items_per_slot) +
                             ") needs DASH_PLAN_NONDETERMINISTIC_ONLY");
-  // The tail's tickets come after the body's (dash_ticket_locate): at most every item.
-  if (h.tail_items < 0 || h.tail_items > h.items_per_unit || h.cut_tiles < 0)
-    throw Error("plan", "tail_items " + std::to_string(h.tail_items) + " or cut_tiles " + std::to_string(h.cut_tiles) +
-                            " out of range");
   // Never together (plan_format.h): the ordered adds run only on plans that a deterministic backward accepts.
   if ((h.flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED) && (h.flags & DASH_PLAN_NONDETERMINISTIC_ONLY))
     throw Error("plan", "flags DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED and DASH_PLAN_NONDETERMINISTIC_ONLY together");
@@ -1024,10 +1020,6 @@ std::string describe_plan(const Plan& plan, int32_t max_items, int32_t max_q_til
                   std::to_string(h.items_per_slot) + " items of slot 0, then of slot 1, ...; then the next group)"
             : "item by item across groups of " + std::to_string(h.ticket_group_units) +
                   " units (each unit's item 0, then item 1, ...; then the next group)")
-    << (h.tail_items > 0 ? "; then the tail: every unit's last " + std::to_string(h.tail_items) +
-                               " items (the pieces of its " + std::to_string(h.cut_tiles) +
-                               " cut KV tiles), item by item across all units"
-                         : std::string())
     << "\n";
   s << "  CTAs           " << h.num_ctas << " launched; its waits need " << h.min_coresident_ctas
     << " of them running at once"

@@ -36,8 +36,7 @@ struct UnitDraftDeleter {
 };
 using UnitDraftPtr = std::unique_ptr<UnitDraft, UnitDraftDeleter>;
 // build_unvalidated's arguments and checks.
-UnitDraftPtr draft_unit(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode, int32_t num_ctas,
-                        TailCut tail = {});
+UnitDraftPtr draft_unit(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode, int32_t num_ctas);
 // The drafted plan: every table but the visits (empty), header.visits_per_unit their number.
 const Plan& drafted_layout(const UnitDraft& draft);
 // A wave that the validated template cannot exceed (planners.cpp says why): 1 for claim-order ranks, else the items

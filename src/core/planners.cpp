@@ -269,7 +269,6 @@ using Runs = List<Run>;
 struct SegmentDraft {
   KvRows rows;
   Runs order; // visit order
-  uint8_t piece = 0, num_pieces = 0;  // a piece of a cut tile (cut_tail), as dash_segment's
 };
 
 struct ItemDraft {
@@ -372,66 +371,6 @@ TemplateDraft plan_descending(const UnitRows& rows) {
   TemplateDraft t = plan_ascending(rows);
   for (auto& item : t.items) item.segments[0].order = reversed(std::move(item.segments[0].order));
   return t;
-}
-
-// The visits [begin, end) of a segment's order (positions counted along its runs), as runs.
-Runs slice_runs(const Runs& order, int32_t begin, int32_t end) {
-  Runs out(order.get_allocator());
-  int32_t at = 0;
-  for (const Run& r : order) {
-    const int32_t from = std::max(begin - at, 0), to = std::min(end - at, r.count);
-    if (from < to) out.push_back({r.head, r.q_first + (r.descending ? -from : from), to - from, r.descending});
-    at += r.count;
-  }
-  return out;
-}
-
-// The tail (dash/plan_format.h, "Tail"): the last `cut.tiles` items of a claim-order template, one KV tile each and
-// the last KV tiles in order, each cut into `cut.pieces` items of consecutive visits. The visit order, and so every dQ
-// rank, stays the template's. `mode`: the GQA mode (split heads with a group adds dK / dV across units: no cut).
-void cut_tail(TemplateDraft& t, TailCut cut, Planner planner, GqaMode mode, int32_t group, int32_t num_kv_tiles) {
-  const int32_t items = int32_t(t.items.size());
-  if (cut.tiles < 1 || cut.tiles > items)
-    throw Error("tail", "cuts " + std::to_string(cut.tiles) + " KV tiles; the template has " + std::to_string(items) +
-                            " items, and 1 to that many may be cut");
-  if (cut.pieces < 2 || cut.pieces > 255)
-    throw Error("tail", "cuts into " + std::to_string(cut.pieces) + " pieces; 2 to 255");
-  // Claim-order ranks: each dQ accumulator's contributions come in table order, which the tail keeps within a unit;
-  // lock-step ranks follow arrival, which it would reorder.
-  if (t.rank_rule != RankRule::ClaimOrder)
-    throw Error("tail", std::string(planner_name(planner)) + " ranks by lock-step arrival; only claim-order templates "
-                        "(ascending, descending) are cut");
-  if (mode == GqaMode::SplitHeads && group > 1)
-    throw Error("tail", "split-head GQA adds dK / dV across the units of a group; cut a packed or MHA template");
-  const int32_t body = items - cut.tiles;
-  List<ItemDraft> out(t.items.get_allocator());
-  out.reserve(size_t(body) + size_t(cut.tiles) * size_t(cut.pieces));
-  for (int32_t i = 0; i < items; ++i) {
-    ItemDraft& item = t.items[size_t(i)];
-    if (i < body) {
-      out.push_back(std::move(item));
-      continue;
-    }
-    if (item.segments.size() != 1 || item.segments[0].rows.kv_tile != num_kv_tiles - items + i)
-      throw Error("tail", "item " + std::to_string(i) + " is not the one KV tile " +
-                              std::to_string(num_kv_tiles - items + i) + "; the cut tiles are the last, in order");
-    const SegmentDraft& whole = item.segments[0];
-    int32_t visits = 0;
-    for (const Run& r : whole.order) visits += r.count;
-    if (visits < cut.pieces)
-      throw Error("tail", "cuts into " + std::to_string(cut.pieces) + " pieces, more than KV tile " +
-                              std::to_string(whole.rows.kv_tile) + "'s " + std::to_string(visits) + " visits");
-    for (int32_t k = 0; k < cut.pieces; ++k) {
-      SegmentDraft piece{whole.rows, slice_runs(whole.order, int32_t(int64_t(visits) * k / cut.pieces),
-                                                int32_t(int64_t(visits) * (k + 1) / cut.pieces)),
-                         uint8_t(k), uint8_t(cut.pieces)};
-      out.push_back(ItemDraft{List<SegmentDraft>(t.items.get_allocator())});
-      out.back().segments.push_back(std::move(piece));
-    }
-  }
-  t.items = std::move(out);
-  t.note += std::string(t.note.empty() ? "" : "; ") + "the last " + std::to_string(cut.tiles) + " KV tiles cut into " +
-            std::to_string(cut.pieces) + " pieces each, claimed after every unit's other items";
 }
 
 // The items of a lock-step plan need all of their unit's items running at once (the unit is its wave,
@@ -648,7 +587,7 @@ int32_t lay_out(const TemplateDraft& draft, int32_t num_q, int32_t heads_per_uni
         contributions.add_run(r, r.count);
         count += r.count;
       }
-      plan.segments.push_back({seg.rows.kv_tile, next_visit, count, 0, seg.piece, seg.num_pieces});
+      plan.segments.push_back({seg.rows.kv_tile, next_visit, count, 0});
       next_visit += count;
     }
     max_visits = std::max(max_visits, next_visit - item_begin);
@@ -1052,8 +991,7 @@ LockstepPlacement place_lockstep_visits(Plan& plan, bool chunked) {
   return place;
 }
 
-UnitDraftPtr draft_unit(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode, int32_t num_ctas,
-                        TailCut tail) {
+UnitDraftPtr draft_unit(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode, int32_t num_ctas) {
   if (is_auto(gqa_mode)) throw Error("gqa_mode", "auto is a request for build_plan, which resolves it");
   problem.validate();
   if (tiles.block_m == 0 && tiles.block_n == 0) tiles = default_backward_tiles(problem.head_dim);
@@ -1074,7 +1012,6 @@ UnitDraftPtr draft_unit(const Problem& problem, Planner planner, TileShape tiles
     case Planner::SymmetricShift: draft = plan_symmetric_shift(rows, problem.mask); break;
     default: throw Error("planner", "unknown planner " + std::to_string(int(planner)));
   }
-  if (tail.tiles != 0 || tail.pieces != 0) cut_tail(draft, tail, planner, gqa_mode, group, grid.num_kv_tiles());
 
   Plan& plan = out->plan;
   dash_plan_header& h = plan.header;
@@ -1096,8 +1033,6 @@ UnitDraftPtr draft_unit(const Problem& problem, Planner planner, TileShape tiles
   h.visits_per_unit = lay_out(draft, grid.num_q_tiles(), heads_per_unit, plan, arena);
   h.items_per_unit = int32_t(plan.items.size());
   h.segments_per_unit = int32_t(plan.segments.size());
-  h.tail_items = tail.tiles * tail.pieces;
-  h.cut_tiles = tail.tiles;
   if (draft.rank_rule == RankRule::LockstepArrival) out->place = place_lockstep_visits(plan, draft.chunked);
   plan.group_head_by_rank.resize(group);
   std::iota(plan.group_head_by_rank.begin(), plan.group_head_by_rank.end(), uint8_t(0));
@@ -1125,9 +1060,9 @@ Plan fill_unit(UnitDraftPtr draft) {
 }  // namespace detail
 
 Plan build_unvalidated(const Problem& problem, Planner planner, TileShape tiles, GqaMode gqa_mode,
-                       int32_t num_ctas, TailCut tail) {
+                       int32_t num_ctas) {
   using namespace detail;
-  return fill_unit(draft_unit(problem, planner, tiles, gqa_mode, num_ctas, tail));
+  return fill_unit(draft_unit(problem, planner, tiles, gqa_mode, num_ctas));
 }
 
 } // namespace dash

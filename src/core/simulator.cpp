@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <optional>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -121,16 +120,12 @@ class Simulation {
     overlap_ = cost.overlap_reduce;
     claim_ahead_ = cost.claim_ahead && (h_.flags & DASH_PLAN_WAITS_ONLY_BACKWARD) != 0;
     ordered_dkv_ = dash_plan_splits_dkv(&h_) && cost.dkv_reduce > 0;
-    pieces_ = h_.cut_tiles > 0 && cost.dkv_reduce > 0;
-    first_cut_tile_ = h_.num_kv_tiles - h_.cut_tiles;
     // A non-deterministic run takes the ordered adds where the plan says so (as dash_bwd does).
     unordered_ = (options.nondeterministic && !(h_.flags & DASH_PLAN_NONDETERMINISTIC_RUNS_ORDERED)) ||
                  (h_.flags & DASH_PLAN_NONDETERMINISTIC_ONLY) != 0;
     keep_spans_ = options.record_spans || options.critical_path;
     dq_.resize(size_t(h_.num_units) * h_.heads_per_unit * h_.num_q_tiles);
-    // dK/dV counters: split-head GQA's per (group, KV tile), then the cut tiles' per (unit, cut tile).
-    split_dkv_counters_ = ordered_dkv_ ? size_t(h_.num_units / h_.group_size) * h_.num_kv_tiles : 0;
-    dkv_.resize(split_dkv_counters_ + (pieces_ ? size_t(h_.num_units) * h_.cut_tiles : 0));
+    if (ordered_dkv_) dkv_.resize(size_t(h_.num_units / h_.group_size) * h_.num_kv_tiles);
   }
 
   SimResult run() {
@@ -149,8 +144,6 @@ class Simulation {
     auto fail = [](const std::string& what) { throw Error("plan", what); };
     if (h_.num_units < 0 || h_.items_per_unit < 0) fail("negative unit or item count");
     if (size_t(h_.items_per_unit) != plan_.items.size()) fail("items_per_unit does not match the item table");
-    // The tail's decode (dash_ticket_locate) names items below items_per_unit only for 0 <= tail_items <= that.
-    if (h_.tail_items < 0 || h_.tail_items > h_.items_per_unit || h_.cut_tiles < 0) fail("tail out of range");
     if (h_.heads_per_unit < 1 || h_.num_q_tiles < 0 || h_.num_kv_tiles < 0) fail("bad tile or head counts");
     if (dash_plan_splits_dkv(&h_) &&
         (h_.problem.heads_q % h_.group_size != 0 || h_.num_units % h_.group_size != 0))
@@ -164,8 +157,6 @@ class Simulation {
           int64_t(seg.first_visit) + seg.num_visits > int64_t(plan_.visits.size()))
         fail("a segment's visits lie outside the visit table");
       if (seg.kv_tile < 0 || seg.kv_tile >= h_.num_kv_tiles) fail("a segment's kv_tile is out of range");
-      if (seg.num_pieces > 0 && (h_.cut_tiles < 0 || seg.kv_tile < h_.num_kv_tiles - h_.cut_tiles))
-        fail("a piece's KV tile is not cut");
     }
     for (const dash_visit& v : plan_.visits)
       if (v.q_tile >= h_.num_q_tiles || v.head_in_unit >= h_.heads_per_unit)
@@ -182,18 +173,6 @@ class Simulation {
   }
   size_t dkv_index(int32_t unit, int32_t kv_tile) const {
     return size_t(unit / h_.group_size) * h_.num_kv_tiles + kv_tile;
-  }
-  // The ordered dK/dV add a segment ends with, if any: split-head GQA's (its group rank, on its KV tile's counter) or a
-  // cut tile's piece (its piece rank, on the cut tile's counter of its unit).
-  struct DkvTurn {
-    size_t index;
-    uint32_t rank;
-  };
-  std::optional<DkvTurn> dkv_turn(int32_t unit, const dash_segment& seg) const {
-    if (pieces_ && seg.num_pieces > 0)
-      return DkvTurn{split_dkv_counters_ + size_t(unit) * h_.cut_tiles + (seg.kv_tile - first_cut_tile_), seg.piece};
-    if (ordered_dkv_) return DkvTurn{dkv_index(unit, seg.kv_tile), uint32_t(group_rank(unit))};
-    return std::nullopt;
   }
   static uint64_t waiter_key(size_t counter, uint32_t rank) { return (uint64_t(counter) << 16) | rank; }
 
@@ -348,7 +327,7 @@ class Simulation {
 
   void end_segment(int32_t c) {
     CtaState& cta = ctas_[c];
-    if (dkv_turn(cta.unit, plan_.segments[cta.segment])) {
+    if (ordered_dkv_) {
       cta.state = ComputeState::DkvWaiting;
       return;
     }
@@ -379,8 +358,10 @@ class Simulation {
     switch (cta.busy_kind) {
       case SpanKind::Overhead: start_visit(c); break;
       case SpanKind::Compute: cta.state = ComputeState::Holding; break;
-      case SpanKind::Reduce: { // the ordered dK/dV add: release its counter (dkv_turn)
-        const auto [index, rank] = *dkv_turn(cta.unit, plan_.segments[cta.segment]);
+      case SpanKind::Reduce: { // the ordered dK/dV add: release the group's counter for this KV tile
+        const int32_t kv_tile = plan_.segments[cta.segment].kv_tile;
+        const size_t index = dkv_index(cta.unit, kv_tile);
+        const uint32_t rank = uint32_t(group_rank(cta.unit));
         dkv_[index].next_rank = rank + 1;
         dkv_[index].released = Instant{cta.busy_end, cta.busy_span};
         notify(dkv_waiters_, index, rank, cta.busy_end);
@@ -416,8 +397,8 @@ class Simulation {
 
   bool try_start_dkv(int32_t c, double now) {
     CtaState& cta = ctas_[c];
-    const auto [index, rank] = *dkv_turn(cta.unit, plan_.segments[cta.segment]);
-    const Turn turn = turn_of(dkv_[index], rank, now);
+    const int32_t kv_tile = plan_.segments[cta.segment].kv_tile;
+    const Turn turn = turn_of(dkv_[dkv_index(cta.unit, kv_tile)], uint32_t(group_rank(cta.unit)), now);
     if (turn.kind != Turn::Ready) return false;
     const Instant start = later(cta.ready, turn.ready);
     add_wait(c, cta.ready.time, start.time, cta.ticket, -1);
@@ -439,7 +420,8 @@ class Simulation {
       if (turn.kind == Turn::Blocked) dq_waiters_[waiter_key(cta.pending_accumulator, cta.pending_rank)] = c;
     }
     if (cta.state == ComputeState::DkvWaiting) {
-      const auto [index, rank] = *dkv_turn(cta.unit, plan_.segments[cta.segment]);
+      const size_t index = dkv_index(cta.unit, plan_.segments[cta.segment].kv_tile);
+      const uint32_t rank = uint32_t(group_rank(cta.unit));
       const Turn turn = turn_of(dkv_[index], rank, now);
       if (turn.kind == Turn::Later) wake(c, turn.ready.time);
       if (turn.kind == Turn::Blocked) dkv_waiters_[waiter_key(index, rank)] = c;
@@ -457,7 +439,7 @@ class Simulation {
           const dash_visit& other = plan_.visits[v];
           if (other.q_tile == like.q_tile && other.head_in_unit == like.head_in_unit && other.dq_rank == rank)
             return dash_ticket_of(h_.flags, h_.ticket_group_units, h_.items_per_slot, h_.num_units, h_.items_per_unit,
-                                  h_.tail_items, unit, i);
+                                  unit, i);
         }
       }
     }
@@ -556,7 +538,7 @@ class Simulation {
   // A ticket's unit and item in the plan's claim order (plan_format.h's one definition).
   dash_ticket_place place_of(int64_t ticket) const {
     return dash_ticket_locate(h_.flags, h_.ticket_group_units, h_.items_per_slot, h_.num_units, h_.items_per_unit,
-                              h_.tail_items, int32_t(ticket));
+                              int32_t(ticket));
   }
 
   const Plan& plan_;
@@ -565,9 +547,6 @@ class Simulation {
   const SimOptions options_;
   std::vector<CtaState> ctas_;
   bool overlap_ = false, claim_ahead_ = false, ordered_dkv_ = false, keep_spans_ = true;
-  bool pieces_ = false;  // the plan has cut tiles and the cost model prices their dK/dV adds
-  size_t split_dkv_counters_ = 0;  // dkv_'s split-head GQA counters, before the cut tiles'
-  int32_t first_cut_tile_ = 0;     // cut tile k is KV tile first_cut_tile_ + k (plan_format.h, "Tail")
   bool unordered_ = false;  // SimOptions::nondeterministic, or a plan that runs only so: no add waits for a turn
   int64_t total_tickets_ = 0, next_ticket_ = 0;
   std::vector<OrderedCounter> dq_, dkv_;

@@ -39,45 +39,6 @@ template <typename... Parts>
   throw Failure{s.str()};
 }
 
-// (1), the tail (plan_format.h, "Tail"): claimed unit by unit before it (the tail's decode has no other body), no
-// dK/dV added across units, and the cut tiles the last KV tiles, each cut into pieces 0 .. n - 1 that come once each,
-// in table order. A unit claims its items in table order, so a piece's dK/dV add waits only on an earlier item of its
-// own unit.
-void check_tail(const Plan& plan) {
-  const dash_plan_header& h = plan.header;
-  if (h.tail_items < 0 || h.tail_items > h.items_per_unit) fail("tail_items ", h.tail_items, " out of range");
-  if (h.cut_tiles < 0 || h.cut_tiles > h.num_kv_tiles) fail("cut_tiles ", h.cut_tiles, " out of range");
-  if (h.tail_items > 0 && ((h.flags & DASH_PLAN_ITEM_MAJOR) || h.items_per_slot > 0))
-    fail("a tail after item-by-item or slot-by-slot claims");
-  if (h.cut_tiles > 0 && dash_plan_splits_dkv(&h)) fail("cut tiles in a plan that adds dK / dV across units");
-  struct CutTile {
-    int32_t pieces = 0, seen = 0;
-  };
-  const int32_t first_cut = h.num_kv_tiles - h.cut_tiles;
-  std::vector<CutTile> cut(size_t(h.cut_tiles));
-  for (int32_t s = 0; s < h.segments_per_unit; ++s) {
-    const dash_segment& seg = plan.segments[s];
-    if (seg.reserved != 0) fail("segment ", s, " has reserved bits set");
-    if (seg.num_pieces == 0) {
-      if (seg.piece != 0) fail("segment ", s, " holds a whole KV tile but names a piece");
-      if (seg.kv_tile >= first_cut) fail("segment ", s, " holds cut KV tile ", seg.kv_tile, " whole");
-      continue;
-    }
-    if (seg.num_pieces < 2 || seg.piece >= seg.num_pieces || seg.kv_tile < first_cut)
-      fail("segment ", s, " is piece ", int(seg.piece), " of ", int(seg.num_pieces), " of KV tile ", seg.kv_tile,
-           ", which is not cut (the last ", h.cut_tiles, " are)");
-    CutTile& c = cut[size_t(seg.kv_tile - first_cut)];
-    if (c.seen == 0) c.pieces = seg.num_pieces;
-    if (seg.num_pieces != c.pieces || seg.piece != c.seen)
-      fail("segment ", s, " is piece ", int(seg.piece), " of ", int(seg.num_pieces), " of KV tile ", seg.kv_tile,
-           "; expected piece ", c.seen, " of ", c.pieces, " (pieces in table order)");
-    ++c.seen;
-  }
-  for (int32_t k = 0; k < h.cut_tiles; ++k)
-    if (cut[size_t(k)].seen == 0 || cut[size_t(k)].seen != cut[size_t(k)].pieces)
-      fail("cut KV tile ", first_cut + k, " has ", cut[size_t(k)].seen, " of its ", cut[size_t(k)].pieces, " pieces");
-}
-
 // (1) Structure: header fields, table sizes, and items/segments tiling their tables in order, so that an
 // item's visits are one contiguous range (the kernel walks them with a single index).
 void check_structure(const Plan& plan) {
@@ -132,7 +93,6 @@ void check_structure(const Plan& plan) {
   if (h.max_visits_per_item != max_visits) fail("max_visits_per_item is ", h.max_visits_per_item, ", not ", max_visits);
   if (h.items_per_slot < 0 || h.items_per_slot == 1 || (h.items_per_slot > 1 && h.items_per_unit % h.items_per_slot))
     fail("items_per_slot ", h.items_per_slot, " is neither 0 nor a divisor > 1 of items_per_unit ", h.items_per_unit);
-  check_tail(plan);
 }
 
 // (1), per visit: Q tile and head in range. Coverage (2) rejects every visit this rejects, so that this runs only when
@@ -218,9 +178,8 @@ bool cover_segment(const Plan& plan, int32_t s, const KvGeometry& g, PartCoverag
       in_claim_order &= rank == t.first_rank + seen;
     }
   }
-  // In range and none twice: the segment covers its KV tile iff it has as many visits as the tile has blocks (a
-  // piece covers part of it: check_pieces_cover).
-  if (seg.num_pieces == 0 && int64_t(seg.num_visits) != int64_t(heads) * (g.q_end - g.q_begin))
+  // In range and none twice: the segment covers its KV tile iff it has as many visits as the tile has blocks.
+  if (int64_t(seg.num_visits) != int64_t(heads) * (g.q_end - g.q_begin))
     for (int64_t head = 0; head < heads; ++head)
       for (int32_t q = g.q_begin; q < g.q_end; ++q)
         if (tally[head * nq + q].last_segment != s)
@@ -228,57 +187,13 @@ bool cover_segment(const Plan& plan, int32_t s, const KvGeometry& g, PartCoverag
   return kClaimOrder && in_claim_order;
 }
 
-// (2), cut tiles: the pieces of each cover its KV tile's blocks once each (cover_segment has checked each visit's
-// block, within a piece). The pieces are grouped by KV tile, and a block visited in a tile's group is stamped with the
-// tile: no block twice and as many visits as the tile has blocks is exact cover. One pass over the pieces' visits,
-// whatever the number of cut tiles.
-void check_pieces_cover(const Plan& plan, std::span<const KvGeometry> kv_rows, Memory memory) {
-  const dash_plan_header& h = plan.header;
-  if (h.cut_tiles == 0) return;
-  const int64_t nq = h.num_q_tiles;
-  List<int32_t> pieces(memory);
-  for (int32_t s = 0; s < h.segments_per_unit; ++s)
-    if (plan.segments[s].num_pieces > 0) pieces.push_back(s);
-  std::stable_sort(pieces.begin(), pieces.end(),
-                   [&](int32_t a, int32_t b) { return plan.segments[a].kv_tile < plan.segments[b].kv_tile; });
-  List<int32_t> stamp(size_t(h.heads_per_unit) * size_t(nq), -1, memory);
-  for (size_t first = 0; first < pieces.size();) {
-    const int32_t kv = plan.segments[pieces[first]].kv_tile;
-    int64_t visits = 0;
-    size_t end = first;
-    for (; end < pieces.size() && plan.segments[pieces[end]].kv_tile == kv; ++end) {
-      const dash_segment& seg = plan.segments[pieces[end]];
-      for (int32_t v = seg.first_visit; v < seg.first_visit + seg.num_visits; ++v) {
-        const dash_visit vis = plan.visits[v];
-        int32_t& mark = stamp[size_t(vis.head_in_unit) * nq + vis.q_tile];
-        if (mark == kv) fail("block (head ", int(vis.head_in_unit), ", q ", vis.q_tile, ", kv ", kv, ") visited twice");
-        mark = kv;
-      }
-      visits += seg.num_visits;
-    }
-    const KvGeometry& g = kv_rows[size_t(kv)];
-    if (visits != int64_t(h.heads_per_unit) * (g.q_end - g.q_begin))
-      for (int64_t head = 0; head < h.heads_per_unit; ++head)
-        for (int32_t q = g.q_begin; q < g.q_end; ++q)
-          if (stamp[size_t(head * nq + q)] != kv)
-            fail("block (head ", head, ", q ", q, ", kv ", kv, ") has unmasked pairs but is never visited");
-    first = end;
-  }
-}
-
 Coverage check_coverage(const Plan& plan, const Problem& problem, const TileGrid& grid, Memory memory) {
   const dash_plan_header& h = plan.header;
   const int64_t nq = h.num_q_tiles, nk = h.num_kv_tiles;
-  // A KV tile is one whole segment or its cut tile's pieces (each cut tile one KV tile: check_tail), which
-  // check_pieces_cover shows to cover it exactly.
-  List<int32_t> segments_of_kv(size_t(nk), 0, memory), expected(size_t(nk), 1, memory);
-  for (const dash_segment& seg : plan.segments) {
-    ++segments_of_kv[seg.kv_tile];
-    if (seg.num_pieces > 0) expected[seg.kv_tile] = seg.num_pieces;
-  }
+  List<int32_t> segments_of_kv(size_t(nk), 0, memory);
+  for (const dash_segment& seg : plan.segments) ++segments_of_kv[seg.kv_tile];
   for (int64_t kv = 0; kv < nk; ++kv)
-    if (segments_of_kv[kv] != expected[kv])
-      fail("KV tile ", kv, " appears in ", segments_of_kv[kv], " segments, expected ", expected[kv]);
+    if (segments_of_kv[kv] != 1) fail("KV tile ", kv, " appears in ", segments_of_kv[kv], " segments, expected 1");
 
   const size_t accumulators = size_t(h.heads_per_unit) * nq;
   const int parts = detail::planner_threads(h.visits_per_unit);
@@ -296,7 +211,6 @@ Coverage check_coverage(const Plan& plan, const Problem& problem, const TileGrid
       p.in_claim_order = p.in_claim_order ? cover_segment<true>(plan, s, g, p) : cover_segment<false>(plan, s, g, p);
     }
   });
-  check_pieces_cover(plan, kv_rows, memory);
 
   // Covered exactly, accumulator (head, q) has one contribution per KV tile that meets Q tile q: counted as the
   // differences at the ends of each KV tile's interval.
@@ -649,9 +563,6 @@ Waits check_orders_and_waits(const Plan& plan, const Coverage& coverage, Memory 
   check_counts_and_group(plan, coverage, memory);
   // Claim order is a topological order in which every wait targets an earlier visit, so an earlier ticket.
   if (coverage.ranked_in_claim_order) return {};
-  // The tail keeps each unit's table order but not the tickets of a unit consecutive: only claim-order ranks (each
-  // wait on an earlier item of the unit) are proved for it.
-  if (plan.header.tail_items > 0) fail("a tail needs ranks in claim order");
   if (coverage.flags_agree)
     if (const auto reach = ranked_by_arrival(plan, memory)) return slot_waves(plan, *reach);
   return slot_waves(plan, check_acyclic(plan, check_ranks(plan)));

@@ -472,9 +472,9 @@ TEST(Planners, BalancedNondeterministicPlanClaimsEachGroupsLongestItemsFirst) {
     int32_t previous = INT32_MAX;
     std::vector<int> seen(size_t(h.num_units) * size_t(items), 0);
     for (int32_t t = 0; t < h.num_units * items; ++t) {
-      const auto [unit, item] = dash_ticket_locate(h.flags, g, h.items_per_slot, h.num_units, items, 0, t);
+      const auto [unit, item] = dash_ticket_locate(h.flags, g, h.items_per_slot, h.num_units, items, t);
       ASSERT_TRUE(unit >= 0 && unit < h.num_units && item >= 0 && item < items) << label << ", ticket " << t;
-      ASSERT_EQ(dash_ticket_of(h.flags, g, h.items_per_slot, h.num_units, items, 0, unit, item), t) << label;
+      ASSERT_EQ(dash_ticket_of(h.flags, g, h.items_per_slot, h.num_units, items, unit, item), t) << label;
       ASSERT_EQ(unit / g, t / (g * items)) << label << ": ticket " << t << " outside its unit's group";
       ++seen[size_t(unit) * size_t(items) + size_t(item)];
       if (t % (g * items) == 0) previous = INT32_MAX;  // a new group

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <random>
 
-#include "dash/plan.hpp"
 #include "dash/reference.hpp"
 #include "test_problems.hpp"
 
@@ -184,40 +183,6 @@ TEST(Reference, WindowMaskMatchesFp64Gradients) {
     const Grads g = run_backward(in, plan_for(p, schedule));
     EXPECT_LT(relative_error(g.dq, ref.dq), 1e-4) << schedule;
     EXPECT_LT(relative_error(g.dk, ref.dk), 1e-4) << schedule;
-  }
-}
-
-// A tail cut (dash::TailCut) keeps every dQ rank: the CPU backend's dQ bits are the uncut plan's. Each cut tile's
-// dK / dV is the sum of its pieces' partials (in piece order): the same values to rounding, against fp64 too. Packed
-// GQA, a partial last tile (150 = 2 x 64 + 22 keys; 3 tiles, 2 cut) and 2 keys (one KV tile, cut) included; with one
-// key every gradient but dV is rounding noise (P = 1), so there is nothing to compare.
-TEST(Reference, TailCutKeepsDqBitsAndMatchesFp64Gradients) {
-  struct Case {
-    dash::Problem p;
-    dash::GqaMode mode;
-    int32_t tiles, pieces;
-  };
-  const std::vector<Case> cases = {{shape(150, 150, dash::Mask::Full, 4, 2, 2), dash::GqaMode::PackGroup, 2, 3},
-                                   {shape(256, 256, dash::Mask::Full, 2, 2), dash::GqaMode::SplitHeads, 3, 2},
-                                   {shape(203, 113, dash::Mask::Causal), dash::GqaMode::SplitHeads, 1, 3},
-                                   {shape(130, 2, dash::Mask::Full), dash::GqaMode::SplitHeads, 1, 2},
-                                   {shape(97, 2, dash::Mask::Full, 2, 1), dash::GqaMode::PackGroup, 1, 4}};
-  uint32_t seed = 21;
-  for (const Case& c : cases) {
-    const Inputs in = random_inputs(c.p, seed++);
-    const Grads ref = fp64_gradients(in);
-    for (const std::string schedule : {"ascending", "descending"}) {
-      const dash::Plan whole = plan_for(c.p, schedule, c.mode);
-      const dash::Plan cut =
-          dash::build_unvalidated(c.p, whole.planner(), {32, 64}, c.mode, 132, {c.tiles, c.pieces});
-      const dash::ValidationReport report = dash::validate_plan(cut, 132);
-      ASSERT_TRUE(report.ok) << c.p.describe() << " " << schedule << ": " << report.reason;
-      const Grads g = run_backward(in, cut), g_whole = run_backward(in, whole);
-      EXPECT_TRUE(bitwise_equal(g.dq, g_whole.dq)) << c.p.describe() << " " << schedule;
-      EXPECT_LT(relative_error(g.dq, ref.dq), 1e-4) << c.p.describe() << " " << schedule;
-      EXPECT_LT(relative_error(g.dk, ref.dk), 1e-4) << c.p.describe() << " " << schedule;
-      EXPECT_LT(relative_error(g.dv, ref.dv), 1e-4) << c.p.describe() << " " << schedule;
-    }
   }
 }
 

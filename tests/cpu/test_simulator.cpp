@@ -40,7 +40,7 @@ dash::Plan tiny_plan(const std::vector<ItemSpec>& items, TinyOptions options = {
   for (const ItemSpec& item : items) {
     plan.items.push_back({int32_t(plan.segments.size()), int32_t(item.size())});
     for (const SegmentSpec& seg : item) {
-      plan.segments.push_back({seg.kv_tile, int32_t(plan.visits.size()), int32_t(seg.visits.size()), 0, 0, 0});
+      plan.segments.push_back({seg.kv_tile, int32_t(plan.visits.size()), int32_t(seg.visits.size()), 0});
       num_kv = std::max(num_kv, seg.kv_tile + 1);
       for (const VisitSpec& v : seg.visits) {
         dash_visit visit{};
@@ -502,11 +502,12 @@ TEST(SimCostModel, PaperAndH200Estimates) {
   EXPECT_GT(dash::CostModel::for_problem(problem64, {128, 128}).compute_full,
             dash::CostModel::for_problem(problem, {128, 64}).compute_full);
   EXPECT_GT(h.segment_overhead, 0.0);
-  // An fp32 add of a KV tile's dK and dV (what split-head GQA and a cut tile's pieces pay per segment) moves twice a
-  // bf16 store's bytes: the segment overhead loads K and V and stores dK and dV in bf16.
-  EXPECT_DOUBLE_EQ(h.dkv_reduce, h.segment_overhead);
+  EXPECT_EQ(h.dkv_reduce, 0.0); // MHA: no group
   EXPECT_TRUE(h.overlap_reduce);
   EXPECT_NE(h.describe().find("overlapped"), std::string::npos);
+  problem.heads_q = 8;
+  problem.heads_kv = 2;
+  EXPECT_GT(dash::CostModel::for_problem(problem, {128, 128}).dkv_reduce, 0.0);
 }
 
 // ---- Gantt chart ----

@@ -117,13 +117,13 @@ TEST(Slots, ClaimOrderIsABijectionKeepingUnitOrderAndSlotsWhole) {
       const int32_t w = h.items_per_slot, items = h.items_per_unit, g = h.ticket_group_units;
       std::vector<int32_t> next_item(size_t(h.num_units), 0);
       for (int32_t t = 0; t < h.num_units * items; ++t) {
-        const auto [unit, item] = dash_ticket_locate(h.flags, g, w, h.num_units, items, 0, t);
+        const auto [unit, item] = dash_ticket_locate(h.flags, g, w, h.num_units, items, t);
         ASSERT_TRUE(unit >= 0 && unit < h.num_units && item >= 0 && item < items) << label << ", ticket " << t;
-        ASSERT_EQ(dash_ticket_of(h.flags, g, w, h.num_units, items, 0, unit, item), t) << label;
+        ASSERT_EQ(dash_ticket_of(h.flags, g, w, h.num_units, items, unit, item), t) << label;
         ASSERT_EQ(item, next_item[size_t(unit)]++) << label << ": unit " << unit << " out of order at ticket " << t;
         ASSERT_EQ(unit / g, t / (g * items)) << label << ": ticket " << t << " outside its unit's group";
         if (item % w != 0) {  // the slot's previous item is the previous ticket
-          ASSERT_EQ(dash_ticket_locate(h.flags, g, w, h.num_units, items, 0, t - 1).unit, unit) << label;
+          ASSERT_EQ(dash_ticket_locate(h.flags, g, w, h.num_units, items, t - 1).unit, unit) << label;
         }
       }
       for (const int32_t n : next_item) ASSERT_EQ(n, items) << label;

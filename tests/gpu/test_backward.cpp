@@ -304,8 +304,7 @@ void expect_order_matches_plan(BwdRun& r) {
   for (int unit = 0; unit < h.num_units; ++unit) {
     for (int item = 0; item < h.items_per_unit; ++item) {
       const int64_t ticket =
-          dash_ticket_of(h.flags, h.ticket_group_units, h.items_per_slot, h.num_units, h.items_per_unit,
-                         h.tail_items, unit, item);
+          dash_ticket_of(h.flags, h.ticket_group_units, h.items_per_slot, h.num_units, h.items_per_unit, unit, item);
       const dash_item& it = plan.items[item];
       for (int s = it.first_segment; s < it.first_segment + it.num_segments; ++s) {
         const dash_segment& seg = plan.segments[s];

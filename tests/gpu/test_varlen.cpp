@@ -514,8 +514,7 @@ TEST(VarlenGpuOrder, ExecutedDqOrderIsThePlans) {
             const int64_t ticket = seq.ticket_begin + local;
             // The template's claim order (slot by slot across the sequence's units where it is cut into slots).
             const dash_ticket_place place = dash_ticket_locate(th.flags, th.ticket_group_units, th.items_per_slot,
-                                                               th.num_units, th.items_per_unit, th.tail_items,
-                                                               int32_t(local));
+                                                               th.num_units, th.items_per_unit, int32_t(local));
             const dash_unit_coords unit = dash_unit_coords_from(th.gqa_mode, h.c.heads_q, h.c.heads_kv, G,
                                                                 t.group_head_by_rank.data(), place.unit);
             const dash_item& item = t.items[size_t(place.item)];

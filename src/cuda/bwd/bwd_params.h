@@ -40,9 +40,9 @@ struct BwdTemplate {
   int32_t split_dkv;  // SPLIT_HEADS with group_size > 1
   int32_t num_q_tiles;  // of the template's sequence shape
   // Its tickets' claim order (dash_ticket_locate), from its bound header: DASH_PLAN_ITEM_MAJOR or 0,
-  // ticket_group_units, items_per_slot, num_units (a pack's: one sequence's units) and tail_items.
+  // ticket_group_units, items_per_slot and num_units (a pack's: one sequence's units).
   uint32_t claim_flags;
-  int32_t ticket_group_units, items_per_slot, num_units, tail_items;
+  int32_t ticket_group_units, items_per_slot, num_units;
 };
 
 // A template's tables in a device blob laid out as `blob_header` says, bound as `bound` says.
@@ -60,8 +60,7 @@ inline BwdTemplate bwd_template_of(const uint8_t* blob, const dash_plan_header& 
                      bound.flags & DASH_PLAN_ITEM_MAJOR,
                      bound.ticket_group_units,
                      bound.items_per_slot,
-                     bound.num_units,
-                     bound.tail_items};
+                     bound.num_units};
 }
 
 // Everything the three backward kernels (preprocess, main, convert) read. Pointers to the plan tables

@@ -99,12 +99,6 @@ dash_status validate(const dash_bwd_args* args, dash_plan_t plan, dash_bwd_args&
   if (a.debug_order_log != nullptr && reinterpret_cast<uintptr_t>(a.debug_order_log) % 8 != 0) {
     return fail(DASH_ERROR_INVALID_ARGUMENT, "debug_order_log: must be 8-byte aligned");
   }
-  // A tail cut (dash::TailCut) is a study plan: the kernels add a piece's dK / dV nowhere yet. dash_plan_create makes
-  // none; this keeps a plan that names one from running wrong.
-  if (h.tail_items != 0 || h.cut_tiles != 0) {
-    return fail(DASH_ERROR_UNSUPPORTED, "plan: cuts KV tiles into pieces (a tail), which the simulator and the CPU "
-                                        "backend run but the kernels do not yet");
-  }
   const int64_t tickets = int64_t(h.num_units) * h.items_per_unit;
   if (tickets >= (int64_t(1) << 31) - int64_t(h.num_ctas) - 1) {
     return fail(DASH_ERROR_UNSUPPORTED, "plan: " + std::to_string(tickets) + " tickets exceed the 32-bit ticket counter");

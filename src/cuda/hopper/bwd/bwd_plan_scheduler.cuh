@@ -86,7 +86,7 @@ struct PlanScheduler {
   // coordinates.
   __device__ __forceinline__ void decode(const kernels::bwd::BwdTemplate& t, int local, TicketWork& work) const {
     const dash_ticket_place place = dash_ticket_locate(t.claim_flags, t.ticket_group_units, t.items_per_slot,
-                                                       t.num_units, t.items_per_unit, t.tail_items, local);
+                                                       t.num_units, t.items_per_unit, local);
     work.item = t.items[place.item];
     work.unit = dash_unit_coords_from(t.gqa_mode, p.heads_q, p.heads_kv, p.group_size, t.group_head_by_rank,
                                       place.unit);
