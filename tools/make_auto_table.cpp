@@ -30,7 +30,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -132,12 +131,6 @@ double makespan(const Problem& p, Candidate c, const dash::CostModel& cost, bool
   return sim.makespan;
 }
 
-// The order of candidates whose scores tie (the ranking's sort is stable). On a full mask descending is ascending's
-// mirror image, so the simulator ties them; measured, descending was the faster of the two at head dim 128 (three
-// H200 records of 2026-12-06 / 07, deterministic, 2k-16k full: 1.001-1.030 of ascending, 12 of 14 pairs at least
-// 1.0; head dim 64: 0.979-1.011, mean 0.997). So descending goes first. Every planner is listed once.
-const Planner kTieOrder[] = {Planner::Descending, Planner::Ascending, Planner::Shift, Planner::SymmetricShift};
-
 // The ranking of one row: "mode/planner ..." best first.
 std::string rank_row(const Problem& shape) {
   const dash::TileShape tiles = dash::default_backward_tiles(shape.head_dim);
@@ -154,7 +147,7 @@ std::string rank_row(const Problem& shape) {
   std::vector<Built> built;
   int64_t fewest_items = std::numeric_limits<int64_t>::max();
   for (GqaMode mode : modes) {
-    for (Planner planner : kTieOrder) {
+    for (Planner planner : dash::all_planners()) {
       const Plan unit = dash::build_unvalidated(shape, planner, tiles, mode, kCtas);
       // The items that run at once: a slot's where the template is cut into slots (plan_format.h).
       if (mode == modes.back()) fewest_items = std::min<int64_t>(fewest_items, dash::slot_items(unit.header));
@@ -275,10 +268,6 @@ std::vector<Problem> grid_shapes() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (std::size(kTieOrder) != dash::all_planners().size()) {
-    std::cerr << "make_auto_table: kTieOrder must list every planner once\n";
-    return 2;
-  }
   int shard = 0, shards = 1, min_seqlen = 0;
   bool check = false;
   for (int i = 1; i < argc; ++i) {

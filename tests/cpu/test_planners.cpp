@@ -766,13 +766,12 @@ TEST(PlansInProduction, ANewBatchOrHeadCountReusesTheCachedTemplate) {
 // planning is linear in a template's visits, and packing multiplies them by the group size. The bound reads the tile
 // counts and the group alone, so the choice is the same for every batch and head count.
 TEST(PlansInProduction, AutoPacksAGroupOnlyWhileThePackedTemplateIsSmall) {
-  // Full mask, head dim 64 (128 x 128 tiles), groups of 2: the table ranks a pack-mode candidate first from 32k to
-  // 128k.
+  // Full mask, head dim 64 (128 x 128 tiles), 32/8 heads: the table ranks pack/ascending first from 32k to 128k.
   const auto pack_first = [](const dash::Problem& p) {
     return dash::auto_candidates(p, {}).front().mode == dash::GqaMode::PackGroup;
   };
-  // 32k tokens: 256 x 256 tiles x 2 heads = 2^17 pairs, packed.
-  const auto small = make_problem(32768, 32768, dash::Mask::Full, 16, 8, 1, 64);
+  // 32k tokens: 256 x 256 tiles x 4 heads = 2^18 pairs, packed.
+  const auto small = make_problem(32768, 32768, dash::Mask::Full, 32, 8, 1, 64);
   EXPECT_TRUE(dash::auto_may_pack(small, {}));
   ASSERT_TRUE(pack_first(small));
   EXPECT_EQ(dash::plan_for({small, dash::Schedule::parse("auto"), 132, {}, dash::GqaMode::Auto, nullptr}).header.gqa_mode,
@@ -780,9 +779,9 @@ TEST(PlansInProduction, AutoPacksAGroupOnlyWhileThePackedTemplateIsSmall) {
   // 64k: exactly 2^20 pairs at group 4, still packed; group 8 there is 2^21.
   EXPECT_TRUE(dash::auto_may_pack(make_problem(65536, 65536, dash::Mask::Full, 32, 8, 1, 64), {}));
   EXPECT_FALSE(dash::auto_may_pack(make_problem(65536, 65536, dash::Mask::Full, 64, 8, 1, 64), {}));
-  // 128k: 2^21 pairs packed. Auto, and a named planner in GQA mode auto, take split heads (1,048,576 visits per unit
-  // instead of 2,097,152) for every batch and head count, and the note says why; an explicit pack stays allowed.
-  for (auto [batch, heads_q, heads_kv] : {std::tuple{1, 16, 8}, std::tuple{2, 4, 2}}) {
+  // 128k: 2^22 pairs packed. Auto, and a named planner in GQA mode auto, take split heads (1,048,576 visits per unit
+  // instead of 4,194,304) for every batch and head count, and the note says why; an explicit pack stays allowed.
+  for (auto [batch, heads_q, heads_kv] : {std::tuple{1, 32, 8}, std::tuple{2, 8, 2}}) {
     const auto big = make_problem(131072, 131072, dash::Mask::Full, heads_q, heads_kv, batch, 64);
     EXPECT_FALSE(dash::auto_may_pack(big, {}));
     EXPECT_FALSE(dash::plan_limit_violation(big, {}, dash::GqaMode::PackGroup, 132));
