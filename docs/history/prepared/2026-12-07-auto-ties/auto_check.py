@@ -7,11 +7,17 @@ sequence as entry 1 of a batch of 2. Prints one JSON line per shape and a last l
     DASH_ATTN_LIBRARY=... python3 auto_check.py
 """
 import json
+import os
 import sys
 
 import torch
 
 import dash_attn
+
+# The tests' reference attention (python/tests/attention_reference.py): fp32 math here, GQA and the causal mask as
+# dash_attn.attention takes them.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "python", "tests"))
+import attention_reference  # noqa: E402
 
 # (batch, seqlen, heads_q, heads_kv, head_dim, causal, the table's first candidate at 769835d)
 SHAPES = [(1, 16384, 2, 2, 128, False, "split/descending"), (1, 8192, 4, 1, 128, True, "pack/symmetric-shift"),
@@ -27,24 +33,14 @@ def inputs(batch, seqlen, heads_q, heads_kv, hdim, seed):
 
 
 def grads(q, k, v, do, causal, deterministic):
-    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
-    out = dash_attn.attention(q, k, v, causal=causal, deterministic=deterministic, schedule="auto")
-    out.backward(do)
-    return q.grad, k.grad, v.grad
+    fn = lambda q, k, v: dash_attn.attention(q, k, v, causal=causal, deterministic=deterministic, schedule="auto")
+    return attention_reference.forward_backward(fn, q, k, v, do)[1:]
 
 
 def reference(q, k, v, do, causal):
-    """fp32 math; GQA repeats k / v over their query heads."""
-    q32, k32, v32 = (x.detach().float().requires_grad_() for x in (q, k, v))
-    rep = q.shape[2] // k.shape[2]
-    kk, vv = (x.repeat_interleave(rep, dim=2) for x in (k32, v32))
-    s = torch.einsum("bqhd,bkhd->bhqk", q32, kk) / q.shape[-1] ** 0.5
-    if causal:
-        n = s.shape[-1]
-        s = s.masked_fill(torch.ones(n, n, device=s.device, dtype=torch.bool).triu(1), float("-inf"))
-    out = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, dim=-1), vv)
-    out.backward(do.float())
-    return q32.grad, k32.grad, v32.grad
+    """fp32 math through autograd (the tests' reference in fp32)."""
+    fn = lambda q, k, v: attention_reference.attention(q, k, v, causal, q.shape[-1] ** -0.5, dtype=torch.float32)
+    return attention_reference.forward_backward(fn, q, k, v, do.float())[1:]
 
 
 def rel(a, b):
