@@ -285,18 +285,22 @@ def timing_row(env, case, impl, tflops, times, bitwise, rel_err, **extra):
                 B=case.b, S=case.s, Hq=case.hq, Hkv=case.hkv, D=case.d, causal=case.causal, **extra)
 
 
-def repeat_order(impls, case, r, order):
+def repeat_order(impls, case, r, order, call=""):
     """The order of the impls in repeat r. A timing depends on what ran just before it: the H200 reaches its power
     cap within about 60 ms, so the clock an impl's 13 calls run at follows the previous impl's draw. "rotate" (repeat
     r starts at impl r) moves the first impl's handicap round, but every impl keeps its predecessor: at 2027dce the
     deterministic auto rows, always timed right after the non-deterministic one, read 2-9% below the named schedule
     with the same plan and kernel at head dim 64 (`record-2026-12-04-2027dce-fa4.jsonl`: 4k full 480 against shift's
-    524). "shuffle" (the default) draws each repeat's order at random, seeded by the config and the repeat, so that a
-    predecessor's effect is noise that the median over repeats damps, not a bias of one row."""
+    524). "shuffle" (the default) draws each repeat's order at random, seeded by the device call (`call`, its call_id),
+    the config and the repeat, so that a predecessor's effect is noise that the median over repeats and the calls damp,
+    not a bias of one row. (Seeded by the config and the repeat alone, every call drew the same orders and a row kept
+    its predecessors from call to call, so their effect repeated instead of averaging out; one difference that
+    repeated so: at head dim 128 2k full the det auto row read 1.3% and 3.9% below the named shift schedule, the same
+    plan, in the H200 records of b7a9991 and eedb7e3.)"""
     if order == "rotate":
         shift = r % max(len(impls), 1)
         return impls[shift:] + impls[:shift]
-    return random.Random(f"{case.name}/{r}").sample(impls, len(impls))
+    return random.Random(f"{call}/{case.name}/{r}").sample(impls, len(impls))
 
 
 def gpu_state():
@@ -309,14 +313,15 @@ def gpu_state():
         return None, None
 
 
-def run_config(case, impls, repeats, reference_key, warmup=3, reps=10, warmup_seconds=0.0, order="shuffle"):
+def run_config(case, impls, repeats, reference_key, warmup=3, reps=10, warmup_seconds=0.0, order="shuffle",
+               call=""):
     """Times every impl `repeats` times, interleaved (repeat_order); returns {key: [median ms per repeat]}, all the
     times, the check results and {key: [gpu_state() after each repeat]}."""
     per_repeat = {i.key: [] for i in impls}
     all_times = {i.key: [] for i in impls}
     states = {i.key: [] for i in impls}
     for r in range(repeats):
-        for impl in repeat_order(impls, case, r, order):
+        for impl in repeat_order(impls, case, r, order, call):
             times = time_cuda(impl.run, warmup, reps, warmup_seconds)
             states[impl.key].append(gpu_state())
             per_repeat[impl.key].append(statistics.median(times))
@@ -437,7 +442,8 @@ def main():
         reference_key = (("cudnn", "nondeterministic", None) if not args.quick and not args.no_cudnn
                          else ("fa3", "nondeterministic", None))
         per_repeat, all_times, checks, states = run_config(case, impls, args.repeats, reference_key,
-                                                           warmup_seconds=args.warmup_seconds, order=args.order)
+                                                           warmup_seconds=args.warmup_seconds, order=args.order,
+                                                           call=env["call_id"])
         results = {}
         for impl in impls:
             flops = case.fwd_flops * (1.0 if impl.mode == "forward" else 2.5)
